@@ -1,0 +1,43 @@
+# CardStream: `make demo` runs it all, `make test` tests it all. Both install what they need first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+TEST_RUN_DIR := $(CURDIR)/.run/test
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: setup jars browser kafka-up kafka-down test demo bench clean
+
+setup: $(VENV)/.installed jars
+
+$(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "CardStream needs Python 3.10 or newer; this is " + sys.version.split()[0] + ".")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing Python packages into $(VENV) ..."
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -r requirements.txt || { echo "pip could not install requirements.txt (see above)."; exit 1; }
+	@touch $@
+
+jars: $(VENV)/.installed
+	@$(PY) -m infra.jars
+
+browser:
+	@infra/install-chromium.sh
+
+kafka-up: setup
+	@$(PY) -m infra.broker up
+
+kafka-down:
+	@if [ -x $(PY) ]; then $(PY) -m infra.broker down; else echo "nothing to stop: run make setup first."; fi
+
+# The test session starts its own broker (port 19092, data under .run/test) and stops it; the
+# last line makes sure of that even when pytest itself is killed.
+test: setup browser
+	@rm -rf $(TEST_RUN_DIR)
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.broker down >/dev/null; exit $$rc
+
+demo: setup
+	@$(VENV)/bin/honcho start
+
+clean: kafka-down
+	rm -rf .run

@@ -1,0 +1,30 @@
+"""Run one benchmark scenario: `python -m bench SCENARIO [options]`; the last stdout line is JSON."""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import sys
+from pathlib import Path
+
+
+def scenarios() -> list[str]:
+    here = Path(__file__).parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(here)])
+                  if not m.name.startswith("_") and m.name != "common")
+
+
+def main(argv: list[str]) -> int:
+    names = scenarios()
+    if not argv or argv[0] not in names:
+        print(f"usage: python -m bench SCENARIO [options] --json; scenarios: {', '.join(names) or 'none yet'}",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"bench.{argv[0]}")
+    result = module.main(argv[1:])
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,119 @@
+"""CardStream's one configuration object: environment variables with sane defaults, read here only.
+
+Every part (simulator, pipelines, dashboard, tests, benchmarks) takes its settings from
+`load()`; child processes inherit the environment, so they see the same values.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _int(env, name, default):
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a whole number, not {raw!r}.") from None
+
+
+def _float(env, name, default):
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, not {raw!r}.") from None
+
+
+@dataclass(frozen=True)
+class Topics:
+    transactions: str = "transactions"
+    labels: str = "labels"
+    decisions: str = "decisions"
+    dead_letters: str = "transactions-dlq"
+    partitions: int = 4
+
+
+@dataclass(frozen=True)
+class Settings:
+    run_dir: Path
+    # Kafka: `external_bootstrap` set means "use that cluster, start nothing".
+    external_bootstrap: str | None
+    kafka_port: int
+    kafka_controller_port: int
+    kafka_heap: str
+    topics: Topics
+    # Spark
+    spark_master: str
+    shuffle_partitions: int
+    trigger_seconds: float
+    # Store and checkpoints
+    store_path: Path
+    checkpoint_root: Path
+    # Fraud scoring
+    fraud_threshold: float
+    state_ttl_minutes: int
+    watermark_seconds: int
+    session_gap_seconds: int
+    # Dashboard
+    dashboard_host: str
+    dashboard_port: int
+    dashboard_token: str | None
+    jars_dir: Path = field(default=ROOT / "infra" / "jars")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.external_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.run_dir / "kafka"
+
+    @property
+    def kafka_jars(self) -> Path:
+        return self.jars_dir / "kafka"
+
+    @property
+    def spark_jars(self) -> Path:
+        return self.jars_dir / "spark"
+
+
+def load(env: dict | None = None) -> Settings:
+    env = os.environ if env is None else env
+    run_dir = Path(env.get("CARDSTREAM_RUN_DIR") or ROOT / ".run").resolve()
+    return Settings(
+        run_dir=run_dir,
+        external_bootstrap=env.get("KAFKA_BOOTSTRAP") or None,
+        kafka_port=_int(env, "KAFKA_PORT", 9092),
+        kafka_controller_port=_int(env, "KAFKA_CONTROLLER_PORT", 9093),
+        kafka_heap=env.get("KAFKA_HEAP", "768m"),
+        topics=Topics(
+            transactions=env.get("TOPIC_TRANSACTIONS", "transactions"),
+            labels=env.get("TOPIC_LABELS", "labels"),
+            decisions=env.get("TOPIC_DECISIONS", "decisions"),
+            dead_letters=env.get("TOPIC_DLQ", "transactions-dlq"),
+            partitions=_int(env, "TOPIC_PARTITIONS", 4),
+        ),
+        spark_master=env.get("SPARK_MASTER", "local[*]"),
+        shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 4),
+        trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),
+        store_path=Path(env.get("CARDSTREAM_DB") or run_dir / "cardstream.db").resolve(),
+        checkpoint_root=Path(env.get("CHECKPOINT_ROOT") or run_dir / "checkpoints").resolve(),
+        fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),
+        state_ttl_minutes=_int(env, "STATE_TTL_MINUTES", 24 * 60),
+        watermark_seconds=_int(env, "WATERMARK_SECONDS", 30),
+        session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),
+        dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),
+        dashboard_port=_int(env, "DASHBOARD_PORT", 8501),
+        dashboard_token=env.get("DASHBOARD_TOKEN") or None,
+    )
+
+
+settings = load()

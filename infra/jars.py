@@ -1,0 +1,120 @@
+"""Fetch the JVM jars CardStream runs on: the Kafka broker and the Spark-Kafka connector.
+
+`python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
+there. Each folder is filled under a temporary name and renamed only when complete, with a
+manifest of what it holds, so an interrupted setup never leaves a folder that looks usable.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from infra.config import ROOT, load
+from infra.jvm import require_java
+
+INFRA = ROOT / "infra"
+KINDS = ("kafka", "spark")
+SHIM_JAR = "cardstream-kafka-token-shim.jar"
+MANIFEST = ".complete.json"
+NETWORK_SIGNS = ("Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",
+                 "Connection refused", "Connect to", "timed out", "UnknownHostException")
+
+
+def _fingerprint(kind: str) -> str:
+    digest = hashlib.sha256((INFRA / kind / "pom.xml").read_bytes())
+    if kind == "spark":
+        for src in sorted((INFRA / "shim").rglob("*.java")):
+            digest.update(src.read_bytes())
+    return digest.hexdigest()
+
+
+def is_complete(folder: Path, kind: str) -> bool:
+    """True when `folder` holds every jar its manifest lists, each a readable zip, for this pom."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("fingerprint") != _fingerprint(kind):
+        return False
+    jars = manifest.get("jars") or []
+    return bool(jars) and all(zipfile.is_zipfile(folder / jar) for jar in jars)
+
+
+def _mvn(kind: str, out: Path) -> None:
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise SystemExit("Maven (`mvn`) is needed to fetch the Kafka and Spark jars but is not on "
+                         "the PATH; install it (for example `apt-get install maven`).")
+    cmd = [mvn, "-B", "-q", "-U", "-s", str(INFRA / "maven-settings.xml"), "-f",
+           str(INFRA / kind / "pom.xml"), "dependency:copy-dependencies",
+           f"-DoutputDirectory={out}", "-DincludeScope=runtime"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        text = proc.stdout + proc.stderr
+        errors = [line for line in text.splitlines() if "ERROR" in line]
+        first = errors[0].replace("[ERROR]", "").strip() if errors else text.strip()[-300:]
+        if any(sign in text for sign in NETWORK_SIGNS):
+            raise SystemExit(f"Maven Central could not be reached while fetching the {kind} jars; "
+                             f"check the network (or a proxy in ~/.m2/settings.xml) and run "
+                             f"`make setup` again. Maven said: {first[:300]}")
+        raise SystemExit(f"Maven could not fetch the {kind} jars: {first[:400]}")
+
+
+def _build_shim(out: Path) -> None:
+    """Compile infra/shim (stands in for spark-token-provider-kafka) against PySpark's jars."""
+    import pyspark
+
+    javac = shutil.which("javac")
+    if not javac:
+        raise SystemExit("`javac` (a JDK 17, not only a JRE) is needed to build the Spark-Kafka "
+                         "token shim; install openjdk-17-jdk-headless.")
+    pyspark_jars = Path(pyspark.__file__).parent / "jars"
+    sources = [str(p) for p in sorted((INFRA / "shim").rglob("*.java"))]
+    with tempfile.TemporaryDirectory() as classes:
+        proc = subprocess.run([javac, "-nowarn", "--release", "17", "-d", classes, "-cp",
+                               f"{pyspark_jars}/*:{out}/*", *sources],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"Compiling the Spark-Kafka token shim failed: {proc.stderr.strip()[:400]}")
+        with zipfile.ZipFile(out / SHIM_JAR, "w", zipfile.ZIP_DEFLATED) as jar:
+            for cls in Path(classes).rglob("*.class"):
+                jar.write(cls, cls.relative_to(classes).as_posix())
+
+
+def ensure(kind: str, jars_dir: Path) -> Path:
+    target = jars_dir / kind
+    if is_complete(target, kind):
+        return target
+    require_java()
+    if target.exists():
+        print(f"infra/jars: {target.name}/ is incomplete or out of date (an interrupted or older "
+              f"setup); fetching it again.", file=sys.stderr)
+        shutil.rmtree(target)
+    partial = jars_dir / f"{kind}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    print(f"infra/jars: fetching the {kind} jars from Maven Central ...", file=sys.stderr)
+    _mvn(kind, partial)
+    if kind == "spark":
+        _build_shim(partial)
+    jars = sorted(p.name for p in partial.glob("*.jar"))
+    (partial / MANIFEST).write_text(json.dumps({"fingerprint": _fingerprint(kind), "jars": jars}))
+    partial.rename(target)
+    print(f"infra/jars: {len(jars)} {kind} jars ready in {target}", file=sys.stderr)
+    return target
+
+
+def main() -> None:
+    settings = load()
+    for kind in KINDS:
+        ensure(kind, settings.jars_dir)
+
+
+if __name__ == "__main__":
+    main()

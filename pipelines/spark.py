@@ -1,0 +1,55 @@
+"""The one SparkSession factory: local jars, RocksDB state, sized for a small machine, quiet."""
+from __future__ import annotations
+
+import os
+import sys
+
+from infra.config import Settings, load
+from infra.jars import is_complete
+
+
+def connector_jars(s: Settings) -> list[str]:
+    if not is_complete(s.spark_jars, "spark"):
+        raise SystemExit(f"The Spark-Kafka connector jars in {s.spark_jars} are missing or "
+                         f"incomplete; run `make setup`.")
+    return sorted(str(p) for p in s.spark_jars.glob("*.jar"))
+
+
+def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_conf):
+    """Return the SparkSession for this process (created once, shared after that).
+
+    PYSPARK_PYTHON is pinned to the running interpreter so Python workers see the virtualenv's
+    packages; the connector jars are local files so nothing is downloaded at job start.
+    """
+    from pyspark.sql import SparkSession
+
+    s = s or load()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    jars = ",".join(connector_jars(s))
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(s.spark_master)
+        .config("spark.jars", jars)
+        .config("spark.driver.extraClassPath", ":".join(connector_jars(s)))
+        .config("spark.sql.shuffle.partitions", str(s.shuffle_partitions))
+        .config("spark.default.parallelism", str(s.shuffle_partitions))
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.streaming.minBatchesToRetain", "20")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.warehouse.dir", str(s.run_dir / "spark-warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={s.run_dir}")
+    )
+    for key, value in extra_conf.items():
+        builder = builder.config(key.replace("_", "."), value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    return spark

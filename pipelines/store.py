@@ -1,0 +1,97 @@
+"""The SQLite store (WAL mode, through sqlite-utils): the one owner of every table definition.
+
+Spark jobs write here from their driver; the dashboard, the supervisor and the audit read here.
+Writers keep their transactions short, and every connection waits (busy timeout) rather than
+failing when another process holds the write lock.
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sqlite_utils
+
+from infra.config import Settings, load
+
+BUSY_TIMEOUT_MS = 10_000
+
+# table -> (columns, primary key). Column types are SQLite affinities.
+TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
+    # one row per transaction, upserted by txn_id (the fraud job's idempotent sink)
+    "decisions": ({
+        "txn_id": str, "card_id": str, "merchant_id": str, "amount_cents": int, "event_time": int,
+        "produced_at": int, "decided_at": int, "score_avg_ticket": float, "score_proximity": float,
+        "score_velocity": float, "score": float, "is_fraud": int, "is_late": int, "batch_id": int,
+    }, "txn_id"),
+    # smoke / raw landing of transactions (used by tests of the Kafka -> Spark -> SQLite path)
+    "transactions_raw": ({
+        "txn_id": str, "card_id": str, "merchant_id": str, "amount_cents": int, "currency": str,
+        "lat": float, "lon": float, "event_time": int, "produced_at": int,
+    }, "txn_id"),
+    # usage counts per guarantee: one row each, increments applied by the sinks
+    "usage_counts": ({"guarantee": str, "processed": int, "fraud": int, "updated_at": int}, "guarantee"),
+    # batch ids whose results are already applied (exactly-once sink); also its fencing epoch
+    "usage_applied_batches": ({"guarantee": str, "batch_id": int, "processed": int, "fraud": int,
+                               "epoch": int, "applied_at": int}, ("guarantee", "batch_id")),
+    # every micro-batch of every query, from StreamingQueryListener
+    "batch_progress": ({
+        "query": str, "batch_id": int, "ts": int, "num_input_rows": int, "input_rows_per_s": float,
+        "processed_rows_per_s": float, "duration_ms": int, "trigger_ms": int, "commit_ms": int,
+        "state_rows": int, "state_memory_bytes": int, "state_rows_dropped_late": int,
+        "watermark": str, "start_offsets": str, "end_offsets": str, "checkpoint": str,
+    }, ("query", "batch_id", "ts")),
+    # commands to the supervisor / simulator, and their life
+    "commands": ({
+        "id": int, "kind": str, "job": str, "params": str, "status": str, "issued_at": int,
+        "started_at": int, "done_at": int, "result": str,
+    }, "id"),
+    # what the supervisor knows of each job
+    "job_status": ({"job": str, "status": str, "pid": int, "restarts": int, "last_batch": int,
+                    "started_at": int, "updated_at": int, "detail": str}, "job"),
+    # split-brain protection: the current fencing epoch per job
+    "leases": ({"job": str, "epoch": int, "holder": str, "taken_at": int}, "job"),
+    "rejected_writes": ({"id": int, "job": str, "epoch": int, "current_epoch": int, "ts": int,
+                         "what": str}, "id"),
+    # truth vs observed over time, from the live auditor
+    "audit": ({"ts": int, "job": str, "guarantee": str, "metric": str, "truth": int, "observed": int,
+               "lost": int, "duplicated": int}, ("ts", "job", "guarantee", "metric")),
+    # dead letters seen by the fraud job, counted by reason
+    "dead_letters": ({"reason": str, "count": int, "updated_at": int}, "reason"),
+    # recovery time per injected fault
+    "recoveries": ({"id": int, "job": str, "fault": str, "killed_at": int, "recovered_at": int,
+                    "seconds": float}, "id"),
+    # event-time windows of the usage job
+    "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
+                 "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),
+    "late_events": ({"kind": str, "window_start": int, "count": int}, ("kind", "window_start")),
+}
+
+
+def connect(path: Path | str | None = None, s: Settings | None = None) -> sqlite_utils.Database:
+    """Open the store (creating it and its tables on first use) in WAL mode with a busy timeout."""
+    path = Path(path) if path else (s or load()).store_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    db = sqlite_utils.Database(conn)
+    if db.journal_mode != "wal":
+        db.enable_wal()
+    conn.execute("PRAGMA synchronous = NORMAL")
+    ensure_schema(db)
+    return db
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    existing = set(db.table_names())
+    for name, (columns, pk) in TABLES.items():
+        if name not in existing:
+            db[name].create(columns, pk=pk, if_not_exists=True)
+        else:  # a store from an older version: add the columns it lacks
+            have = set(db[name].columns_dict)
+            for col, kind in columns.items():
+                if col not in have:
+                    db[name].add_column(col, kind)
+    db["decisions"].create_index(["decided_at"], if_not_exists=True)
+    db["decisions"].create_index(["is_fraud", "decided_at"], if_not_exists=True)
+    db["commands"].create_index(["status", "id"], if_not_exists=True)

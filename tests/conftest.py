@@ -1,0 +1,71 @@
+"""Shared fixtures: one real Kafka broker and one SparkSession for the whole test session.
+
+Tests get their own run folder and ports (unless the environment says otherwise), so a running
+demo is never touched, and unique topic names, so tests never read each other's data.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("CARDSTREAM_RUN_DIR", str(ROOT / ".run" / "test"))
+os.environ.setdefault("KAFKA_PORT", "19092")
+os.environ.setdefault("KAFKA_CONTROLLER_PORT", "19093")
+os.environ.setdefault("SPARK_MASTER", "local[2]")
+os.environ.setdefault("SPARK_SHUFFLE_PARTITIONS", "2")
+os.environ.setdefault("TOPIC_PARTITIONS", "2")
+sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+
+from infra import broker  # noqa: E402
+from infra.config import load  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def settings():
+    return load()
+
+
+@pytest.fixture(scope="session")
+def kafka(settings):
+    """The bootstrap address of a real broker: ours, started once and stopped at the end."""
+    started = not settings.external_bootstrap and not broker.broker_pids(settings)
+    bootstrap = broker.up(settings, quiet=True)
+    yield bootstrap
+    if started:
+        broker.down(settings, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def spark(settings):
+    from pipelines.spark import get_spark
+
+    session = get_spark("cardstream-tests", settings)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic(kafka, settings):
+    """A factory of fresh, empty topics: `topic("transactions")` -> "transactions-<random>"."""
+    from infra.topics import ensure_topics
+
+    def make(prefix: str = "t", partitions: int | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        ensure_topics([name], partitions=partitions, s=settings)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def store(tmp_path):
+    from pipelines.store import connect
+
+    db = connect(tmp_path / "cardstream.db")
+    yield db
+    db.conn.close()
