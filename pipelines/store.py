@@ -7,6 +7,7 @@ failing when another process holds the write lock.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlite_utils
@@ -95,3 +96,20 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db["decisions"].create_index(["decided_at"], if_not_exists=True)
     db["decisions"].create_index(["is_fraud", "decided_at"], if_not_exists=True)
     db["commands"].create_index(["status", "id"], if_not_exists=True)
+
+
+@contextmanager
+def transaction(db: sqlite_utils.Database):
+    """One write transaction (BEGIN IMMEDIATE … COMMIT), rolled back on any error.
+
+    The connection runs in autocommit mode, so statements outside this block commit one by one;
+    inside it they land together or not at all, which is what the exactly-once sink relies on.
+    """
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

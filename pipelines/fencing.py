@@ -1,0 +1,52 @@
+"""Split-brain protection after Hazelcast Jet: a lease with a fencing epoch per job.
+
+An instance takes the lease when it starts, which raises the job's epoch; every sink write carries
+the writer's epoch and is checked inside the same SQLite transaction as the write. A stale instance
+(a zombie still running after a newer one started) holds an older epoch, so its writes are
+rejected and counted instead of applied.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import sqlite_utils
+
+from pipelines.commands import now_ms
+from pipelines.store import transaction
+
+
+class FencedError(RuntimeError):
+    """This instance's epoch is older than the job's current one: it must not write."""
+
+
+def take_lease(db: sqlite_utils.Database, job: str) -> int:
+    """Raise the job's epoch and return it: from now on, only this instance may write."""
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    with transaction(db) as conn:
+        row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+        epoch = (row[0] if row else 0) + 1
+        conn.execute("INSERT INTO leases (job, epoch, holder, taken_at) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT(job) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, "
+                     "taken_at = excluded.taken_at", (job, epoch, holder, now_ms()))
+    return epoch
+
+
+def check(conn, job: str, epoch: int, what: str = "") -> None:
+    """Call inside the sink's write transaction (`store.transaction`): raise FencedError when stale.
+
+    The caller's transaction then rolls back, and it records the rejection with
+    `record_rejection`, outside the rolled-back transaction.
+    """
+    row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+    current = row[0] if row else 0
+    if epoch < current:
+        raise FencedError(f"{job}: write with epoch {epoch} rejected, current epoch is {current}"
+                          + (f" ({what})" if what else ""))
+
+
+def record_rejection(db: sqlite_utils.Database, job: str, epoch: int, what: str) -> None:
+    conn = db.conn
+    row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+    conn.execute("INSERT INTO rejected_writes (job, epoch, current_epoch, ts, what) VALUES (?, ?, ?, ?, ?)",
+                 (job, epoch, row[0] if row else 0, now_ms(), what))
