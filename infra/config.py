@@ -62,10 +62,20 @@ class Settings:
     state_ttl_minutes: int
     watermark_seconds: int
     session_gap_seconds: int
+    # Usage job: checkpoints kept, dedupe horizon (on Kafka append time), batch size cap
+    min_batches_to_retain: int
+    dedupe_seconds: int
+    usage_max_offsets: int
     # Dashboard
     dashboard_host: str
     dashboard_port: int
     dashboard_token: str | None
+    dashboard_refresh_seconds: float = 2.0
+    dashboard_store_timeout_ms: int = 1000
+    # Supervisor
+    restart_delay_seconds: float = 2.0
+    restart_backoff_max_seconds: float = 30.0
+    audit_interval_seconds: float = 5.0
     jars_dir: Path = field(default=ROOT / "infra" / "jars")
 
     @property
@@ -110,9 +120,17 @@ def load(env: dict | None = None) -> Settings:
         state_ttl_minutes=_int(env, "STATE_TTL_MINUTES", 24 * 60),
         watermark_seconds=_int(env, "WATERMARK_SECONDS", 30),
         session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),
+        min_batches_to_retain=_int(env, "MIN_BATCHES_TO_RETAIN", 20),
+        dedupe_seconds=_int(env, "DEDUPE_SECONDS", 600),
+        usage_max_offsets=_int(env, "USAGE_MAX_OFFSETS", 500_000),
         dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),
         dashboard_port=_int(env, "DASHBOARD_PORT", 8501),
         dashboard_token=env.get("DASHBOARD_TOKEN") or None,
+        restart_delay_seconds=_float(env, "RESTART_DELAY_SECONDS", 2.0),
+        restart_backoff_max_seconds=_float(env, "RESTART_BACKOFF_MAX_SECONDS", 30.0),
+        audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
+        dashboard_refresh_seconds=_float(env, "DASHBOARD_REFRESH_SECONDS", 2.0),
+        dashboard_store_timeout_ms=_int(env, "DASHBOARD_STORE_TIMEOUT_MS", 1000),
     )
 
 
