@@ -126,6 +126,7 @@ def load(env: dict | None = None) -> Settings:
         dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),
         dashboard_port=_int(env, "DASHBOARD_PORT", 8501),
         dashboard_token=env.get("DASHBOARD_TOKEN") or None,
+        jars_dir=Path(env.get("CARDSTREAM_JARS_DIR") or ROOT / "infra" / "jars").resolve(),
         restart_delay_seconds=_float(env, "RESTART_DELAY_SECONDS", 2.0),
         restart_backoff_max_seconds=_float(env, "RESTART_BACKOFF_MAX_SECONDS", 30.0),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ INFRA = ROOT / "infra"
 KINDS = ("kafka", "spark")
 SHIM_JAR = "cardstream-kafka-token-shim.jar"
 MANIFEST = ".complete.json"
-NETWORK_SIGNS = ("Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",
+NETWORK_SIGNS = ("No plugin found for prefix", "Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",
                  "Connection refused", "Connect to", "timed out", "UnknownHostException")
 
 
@@ -51,14 +52,15 @@ def _mvn(kind: str, out: Path) -> None:
     if not mvn:
         raise SystemExit("Maven (`mvn`) is needed to fetch the Kafka and Spark jars but is not on "
                          "the PATH; install it (for example `apt-get install maven`).")
-    cmd = [mvn, "-B", "-q", "-U", "-s", str(INFRA / "maven-settings.xml"), "-f",
+    cmd = [mvn, "-B", "-q", "-U", "-Dstyle.color=never", "-s", str(INFRA / "maven-settings.xml"), "-f",
            str(INFRA / kind / "pom.xml"), "dependency:copy-dependencies",
            f"-DoutputDirectory={out}", "-DincludeScope=runtime"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         text = proc.stdout + proc.stderr
         errors = [line for line in text.splitlines() if "ERROR" in line]
-        first = errors[0].replace("[ERROR]", "").strip() if errors else text.strip()[-300:]
+        first = re.sub(r"\x1b\[[0-9;]*m", "", errors[0] if errors else text.strip()[-300:])
+        first = first.replace("[ERROR]", "").strip()
         if any(sign in text for sign in NETWORK_SIGNS):
             raise SystemExit(f"Maven Central could not be reached while fetching the {kind} jars; "
                              f"check the network (or a proxy in ~/.m2/settings.xml) and run "
