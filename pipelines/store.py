@@ -65,6 +65,15 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
                  "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),
     "late_events": ({"kind": str, "window_start": int, "count": int}, ("kind", "window_start")),
+    # where each usage query first started reading (at-most-once's truth starts there)
+    "usage_starts": ({"guarantee": str, "topic": str, "offsets": str, "started_at": int},
+                     ("guarantee", "topic")),
+    # batches the at-most-once sink dropped (sink down, task failure): lost, but never silently
+    "usage_dropped_batches": ({"guarantee": str, "batch_id": int, "processed": int, "fraud": int,
+                               "reason": str, "ts": int}, ("guarantee", "batch_id", "ts")),
+    # the event-time watermark of the windows query, advanced in the same transaction as its results
+    "usage_watermarks": ({"name": str, "max_event_time": int, "watermark": int, "updated_at": int},
+                         "name"),
 }
 
 
