@@ -65,6 +65,9 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
                  "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),
     "late_events": ({"kind": str, "window_start": int, "count": int}, ("kind", "window_start")),
+    # the fraud job's latest profile per card (its stateful path writes it in real-time mode)
+    "card_profiles": ({"card_id": str, "count": int, "mean": float, "lat": float, "lon": float,
+                       "place_time": int, "times": str, "updated_at": int}, "card_id"),
     # where each usage query first started reading (at-most-once's truth starts there)
     "usage_starts": ({"guarantee": str, "topic": str, "offsets": str, "started_at": int},
                      ("guarantee", "topic")),
@@ -77,13 +80,17 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
 }
 
 
-def connect(path: Path | str | None = None, s: Settings | None = None) -> sqlite_utils.Database:
-    """Open the store (creating it and its tables on first use) in WAL mode with a busy timeout."""
+def connect(path: Path | str | None = None, s: Settings | None = None,
+            busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite_utils.Database:
+    """Open the store (creating it and its tables on first use) in WAL mode with a busy timeout.
+
+    Readers that must stay responsive (the dashboard) pass a shorter `busy_timeout_ms`.
+    """
     path = Path(path) if path else (s or load()).store_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+    conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
                            check_same_thread=False)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
     db = sqlite_utils.Database(conn)
     if db.journal_mode != "wal":
         db.enable_wal()
@@ -105,6 +112,10 @@ def ensure_schema(db: sqlite_utils.Database) -> None:
     db["decisions"].create_index(["decided_at"], if_not_exists=True)
     db["decisions"].create_index(["is_fraud", "decided_at"], if_not_exists=True)
     db["commands"].create_index(["status", "id"], if_not_exists=True)
+    # the dashboard's bounded reads (recent batches, audit series, windows)
+    db["batch_progress"].create_index(["ts"], if_not_exists=True)
+    db["audit"].create_index(["job", "metric", "ts"], if_not_exists=True)
+    db["windows"].create_index(["kind", "window_start"], if_not_exists=True)
 
 
 @contextmanager

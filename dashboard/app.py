@@ -1,0 +1,43 @@
+"""CardStream's dashboard: `streamlit run dashboard/app.py` (bound to 127.0.0.1 by default).
+
+The entry point only routes: it declares the pages (one module each under dashboard/pages/), and
+draws what every page shares, the sidebar status of the broker and the store. The dashboard reads
+what the pipelines write and writes nothing but commands.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only dashboard/ on the path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import ui  # noqa: E402
+
+st.set_page_config(page_title="CardStream", page_icon="💳", layout="wide")
+
+PAGES = [
+    st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", default=True),
+    st.Page("pages/guarantees.py", title="Guarantees", icon=":material/verified:"),
+    st.Page("pages/faults.py", title="Faults", icon=":material/bolt:"),
+    st.Page("pages/windows.py", title="Windows", icon=":material/schedule:"),
+    st.Page("pages/checkpoints.py", title="Checkpoints & state", icon=":material/save:"),
+    st.Page("pages/fraud.py", title="Fraud", icon=":material/gpp_maybe:"),
+    st.Page("pages/controls.py", title="Controls", icon=":material/tune:"),
+]
+
+page = st.navigation(PAGES)
+
+s = ui.settings()
+with st.sidebar:
+    st.markdown("### 💳 CardStream")
+    if ui.broker_answers(s.kafka_bootstrap):
+        st.success(f"Kafka up · {s.kafka_bootstrap}", icon="🟢")
+    else:
+        st.error(f"Kafka broker down · {s.kafka_bootstrap} does not answer", icon="🔴")
+    st.caption(f"Store: `{s.store_path}`  \nRefresh every {ui.refresh_seconds():g} s")
+
+page.run()

@@ -1,0 +1,109 @@
+"""Streamlit glue shared by the pages: settings, the store guard, the broker probe, the token gate.
+
+Every page draws through `live(draw)`: it opens a short store connection, calls `draw(db, s)` and
+turns the failures a user can meet (store busy, broker down, no data) into sentences instead of
+tracebacks.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+import streamlit as st
+
+from dashboard import auth, data
+from infra.config import Settings, load
+
+
+def settings() -> Settings:
+    return load()
+
+
+def refresh_seconds() -> float:
+    return max(0.5, settings().dashboard_refresh_seconds)
+
+
+def draw_with_store(draw) -> None:
+    """Run `draw(db, settings)` on a fresh store connection; say what went wrong, never a traceback."""
+    s = settings()
+    try:
+        with data.open_store(s) as db:
+            draw(db, s)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            st.warning("Store busy: another process holds the store's lock right now "
+                       f"({s.store_path.name}). The page retries on its next refresh.", icon="⏳")
+        else:
+            st.error(f"The store at {s.store_path} could not be read: {exc}.")
+    except data.BrokerDown as exc:
+        st.warning(f"Kafka {exc}.", icon="🔌")
+    except Exception as exc:  # a page must never show a traceback to its user
+        st.error(f"This part of the page could not be drawn: {type(exc).__name__}: {exc}.")
+
+
+def live(draw) -> None:
+    """Draw now and again every `dashboard_refresh_seconds`, without rerunning the whole page."""
+    @st.fragment(run_every=refresh_seconds())
+    def _live():
+        draw_with_store(draw)
+    _live()
+
+
+def no_data(what: str) -> None:
+    st.info(f"No data yet: {what}", icon="🕐")
+
+
+@st.cache_data(ttl=3, show_spinner=False)
+def broker_answers(bootstrap: str) -> bool:
+    from infra.broker import api_versions
+
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        return api_versions(host or "127.0.0.1", int(port or 9092), timeout=0.5) is not None
+    except ValueError:
+        return False
+
+
+@st.cache_data(ttl=3, show_spinner=False)
+def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict:
+    return data.kafka_end_offsets(bootstrap, list(topics), timeout_s=1.5)
+
+
+def bound_host(s: Settings) -> str | None:
+    """The address the server listens on: the server option when set, else DASHBOARD_HOST."""
+    try:
+        option = st.get_option("server.address")
+    except Exception:
+        option = None
+    return option or s.dashboard_host
+
+
+def token_field(key: str) -> str | None:
+    """A password field for the dashboard token when the rule asks for one; the text entered."""
+    s = settings()
+    host = bound_host(s)
+    if not auth.token_required(host, s.dashboard_token):
+        return None
+    if not s.dashboard_token:
+        st.error(auth.check(None, host, None).reason, icon="🔒")
+        return None
+    return st.text_input("Dashboard token", type="password", key=key,
+                         help="DASHBOARD_TOKEN is set: buttons that change something need it.")
+
+
+def authorized(given: str | None) -> bool:
+    """Check a button press against the token rule; explain a refusal on the page."""
+    s = settings()
+    verdict = auth.check(given, bound_host(s), s.dashboard_token)
+    if not verdict.allowed:
+        st.error(verdict.reason, icon="🔒")
+    return verdict.allowed
+
+
+def number(value, digits: int = 0, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def percent(value, digits: int = 1) -> str:
+    return "—" if value is None else f"{value * 100:.{digits}f} %"
