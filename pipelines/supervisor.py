@@ -25,6 +25,7 @@ from pathlib import Path
 
 from infra import broker
 from infra.config import Settings, load
+from infra.topics import ensure_topics
 from pipelines import commands
 from pipelines.commands import now_ms
 from pipelines.store import connect
@@ -104,6 +105,7 @@ class Supervisor:
                 argv += self.simulator_args
             self.children[job] = Child(job, argv, self.log_dir / f"{job}.log")
         self._last_status = 0.0
+        self._topics_ready = False
         self._auditor: threading.Thread | None = None
         self._broker_fault: threading.Thread | None = None
 
@@ -155,6 +157,9 @@ class Supervisor:
                     child.restart_at = time.monotonic() + 1.0
                     self._write_status(child)
                     continue
+                if not self._topics_ready:
+                    ensure_topics(s=self.s)
+                    self._topics_ready = True
                 self.start(child)
 
     def _kafka_answers(self) -> bool:
