@@ -24,7 +24,11 @@ MAX_AMOUNT_CENTS = 100_000_000  # one million in the card's currency
 MAX_PAYLOAD_BYTES = 16_384
 
 # Label (topic `labels`, key = txn_id): ground truth, never in the payload the detector reads.
-LABEL_FIELDS: dict[str, type] = {"txn_id": str, "is_fraud": bool, "pattern": str}
+# pattern: "normal", "spend-spike", "impossible-travel", "card-testing", or "bad:<kind>" for a malformed
+# message. is_late: the event reached Kafka one to two lags after it happened (lateness is orthogonal to
+# the pattern). A malformed message whose payload has no readable txn_id also carries `raw`, the
+# exact payload sent, so it can be matched with its dead letter.
+LABEL_FIELDS: dict[str, type] = {"txn_id": str, "is_fraud": bool, "pattern": str, "is_late": bool}
 
 ANALYZERS = ("avg_ticket", "proximity", "velocity")
 
