@@ -17,7 +17,7 @@ import streamlit as st  # noqa: E402
 
 from dashboard import ui  # noqa: E402
 
-st.set_page_config(page_title="CardStream", page_icon="💳", layout="wide")
+st.set_page_config(page_title="CardStream", page_icon=":material/credit_card:", layout="wide")
 
 PAGES = [
     st.Page("pages/overview.py", title="Overview", icon=":material/monitoring:", default=True),
@@ -33,11 +33,12 @@ page = st.navigation(PAGES)
 
 s = ui.settings()
 with st.sidebar:
-    st.markdown("### 💳 CardStream")
+    st.markdown("### :material/credit_card: CardStream")
+    st.caption("Live fraud and usage monitoring on Spark and Kafka")
     if ui.broker_answers(s.kafka_bootstrap):
-        st.success(f"Kafka up · {s.kafka_bootstrap}", icon="🟢")
+        st.success(f"Kafka up · {s.kafka_bootstrap}", icon=":material/check_circle:")
     else:
-        st.error(f"Kafka broker down · {s.kafka_bootstrap} does not answer", icon="🔴")
+        st.error(f"Kafka broker down · {s.kafka_bootstrap} does not answer", icon=":material/cloud_off:")
     st.caption(f"Store: `{s.store_path}`  \nRefresh every {ui.refresh_seconds():g} s")
 
 page.run()

@@ -62,7 +62,10 @@ def counts_vs_truth(latest: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", bargap=0.3)
     fig.update_layout(hovermode="closest")
     fig = _layout(fig, "Usage count per guarantee vs truth", y_title="transactions")
-    fig.update_layout(hovermode="closest")
+    fig.update_layout(hovermode="closest", margin=dict(t=50),
+                      legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0))
+    top = float(max(rows["truth"].max(), rows["observed"].max())) if gs else 1.0
+    fig.update_yaxes(range=[0, top * 1.15])
     return fig
 
 
@@ -79,18 +82,24 @@ def guarantee_error(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
     fig.add_hline(y=0, line=dict(color=TRUTH_COLOR, width=1))
     for f in faults.itertuples():
         fig.add_vline(x=f.time, line=dict(color="#444", dash="dot", width=1.5))
-        fig.add_annotation(x=f.time, y=1, yref="paper", text=f"{f.kind} ({f.job or 'all'})", showarrow=False,
+        fig.add_annotation(x=f.time, y=1, yref="paper", text=f"{f.kind} ({f.job or 'broker'})", showarrow=False,
                            textangle=-90, xanchor="right", yanchor="top", font=dict(size=11, color="#444"))
     return _layout(fig, "Error over time: counted − truth (above 0: duplicates, below 0: lost)",
                    height=380, y_title="transactions")
 
 
 def recoveries(df: pd.DataFrame) -> go.Figure:
+    """One bar per recovery, labelled job · fault · time, coloured by fault."""
     fig = go.Figure()
-    for i, (fault, part) in enumerate(df.sort_values("killed").groupby("fault")):
-        fig.add_trace(go.Bar(x=part["killed"], y=part["seconds"], name=fault,
-                             marker_color=SERIES[i % len(SERIES)],
-                             customdata=part["job"], hovertemplate="%{customdata}: %{y:.1f} s"))
+    df = df.sort_values("killed")
+    labels = df["job"] + " · " + df["fault"] + " · " + df["killed"].dt.strftime("%H:%M:%S")
+    for i, fault in enumerate(df["fault"].unique()):
+        mask = df["fault"] == fault
+        fig.add_trace(go.Bar(x=labels[mask], y=df.loc[mask, "seconds"], name=fault,
+                             marker_color=SERIES[i % len(SERIES)], text=df.loc[mask, "seconds"].map("{:.1f} s".format),
+                             textposition="outside", hovertemplate="%{x}: %{y:.1f} s<extra></extra>"))
+    fig.update_xaxes(type="category")
+    fig.update_layout(bargap=0.5 if len(df) > 2 else 0.7)
     return _layout(fig, "Recovery time per fault (kill → first new committed batch)", height=300, y_title="seconds")
 
 
@@ -103,7 +112,7 @@ def windows(df: pd.DataFrame, kind: str) -> go.Figure:
     fig.add_trace(go.Scatter(x=per["start"], y=per["fraud"], name="fraud", mode="lines+markers",
                              line=dict(color=GUARANTEE_COLORS["at-most-once"], width=2)), secondary_y=True)
     fig.update_yaxes(title_text="processed", secondary_y=False)
-    fig.update_yaxes(title_text="fraud", secondary_y=True, rangemode="tozero")
+    fig.update_yaxes(title_text="fraud", secondary_y=True, rangemode="tozero", tickformat=",d", showgrid=False)
     return _layout(fig, f"{kind.capitalize()} windows: transactions per window (by window start)")
 
 
@@ -130,13 +139,19 @@ def late(series: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Late events dropped, by the window they were late for", height=300, y_title="events")
 
 
-def per_query(df: pd.DataFrame, column: str, title: str, y_title: str, height: int = 300,
+def _legend_below(fig: go.Figure) -> go.Figure:
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.24, xanchor="left", x=0),
+                      margin=dict(t=45))
+    return fig
+
+
+def per_query(df: pd.DataFrame, column: str, title: str, y_title: str, height: int = 330,
               mode: str = "lines") -> go.Figure:
     fig = go.Figure()
     for i, (query, part) in enumerate(df.groupby("query")):
         fig.add_trace(go.Scatter(x=part["time"], y=part[column], name=query, mode=mode,
                                  line=dict(color=_query_color(query, i), width=2)))
-    return _layout(fig, title, height=height, y_title=y_title)
+    return _legend_below(_layout(fig, title, height=height, y_title=y_title))
 
 
 def state(df: pd.DataFrame) -> go.Figure:
@@ -150,7 +165,7 @@ def state(df: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=part["time"], y=part["state_memory_bytes"] / 2**20, name=query,
                                  legendgroup=query, showlegend=False, line=dict(color=color, width=2)),
                       row=2, col=1)
-    return _layout(fig, "State held by each query", height=460)
+    return _legend_below(_layout(fig, "State held by each query", height=480))
 
 
 def _query_color(query: str, i: int) -> str:

@@ -59,7 +59,7 @@ def rates(db, now: int | None = None, window_s: int = 10) -> dict:
     n, fraud = db.conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(is_fraud), 0) FROM decisions WHERE decided_at > ?", [since]).fetchone()
     row = db.conn.execute(
-        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND query LIKE 'fraud%'",
+        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND query = 'fraud'",
         [now - max(window_s, 30) * 1000]).fetchone()
     return {
         "transactions_per_s": float(row[0]) if row[1] else None,
@@ -366,18 +366,27 @@ def window_kinds(db) -> list[str]:
 
 
 def watermarks(db, now: int | None = None) -> pd.DataFrame:
-    """Each query's newest watermark and how far it trails the wall clock."""
+    """Each query's newest watermark and how far it trails the wall clock.
+
+    Two sources: Spark's own event-time watermark per query (batch_progress, an ISO string), and
+    the windows query's watermark kept in the store (usage_watermarks, ms) so it survives restarts.
+    """
     now = now or now_ms()
-    df = _frame(db, "SELECT b.query, b.batch_id, b.ts, b.watermark FROM batch_progress b "
-                    "JOIN (SELECT query, MAX(ts) AS ts FROM batch_progress WHERE watermark IS NOT NULL "
-                    "AND watermark != '' GROUP BY query) last ON b.query = last.query AND b.ts = last.ts "
-                    "ORDER BY b.query LIMIT 100")
-    if not df.empty:
-        wm = pd.to_datetime(df["watermark"], utc=True, errors="coerce")
-        df["watermark"] = wm.dt.tz_localize(None)
-        df["behind_s"] = ((now - wm.astype("int64") // 1_000_000) / 1000).round(1)
-        df = df.dropna(subset=["watermark"])
-    return df
+    spark = _frame(db, "SELECT b.query, b.watermark FROM batch_progress b "
+                       "JOIN (SELECT query, MAX(ts) AS ts FROM batch_progress WHERE watermark IS NOT NULL "
+                       "AND watermark != '' GROUP BY query) last ON b.query = last.query AND b.ts = last.ts "
+                       "ORDER BY b.query LIMIT 100")
+    stored = _frame(db, "SELECT name AS query, watermark, max_event_time FROM usage_watermarks "
+                        "WHERE watermark IS NOT NULL ORDER BY name LIMIT 20")
+    wm_ms = list(pd.to_datetime(spark["watermark"], utc=True, errors="coerce").astype("int64") // 1_000_000) \
+        if not spark.empty else []
+    rows = [{"query": q, "watermark_ms": w} for q, w in zip(spark["query"], wm_ms) if w > 0]
+    rows += [{"query": r.query, "watermark_ms": int(r.watermark)} for r in stored.itertuples()
+             if r.query not in {x["query"] for x in rows}]
+    df = pd.DataFrame(rows, columns=["query", "watermark_ms"]).astype({"watermark_ms": "int64"})
+    df["watermark"] = _time(df["watermark_ms"])
+    df["behind_s"] = ((now - df["watermark_ms"]) / 1000).round(1)
+    return df.sort_values("query").reset_index(drop=True)
 
 
 def late_events(db) -> pd.DataFrame:

@@ -31,11 +31,11 @@ def draw_with_store(draw) -> None:
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
             st.warning("Store busy: another process holds the store's lock right now "
-                       f"({s.store_path.name}). The page retries on its next refresh.", icon="⏳")
+                       f"({s.store_path.name}). The page retries on its next refresh.", icon=":material/hourglass_top:")
         else:
             st.error(f"The store at {s.store_path} could not be read: {exc}.")
     except data.BrokerDown as exc:
-        st.warning(f"Kafka {exc}.", icon="🔌")
+        st.warning(f"Kafka {exc}.", icon=":material/cloud_off:")
     except Exception as exc:  # a page must never show a traceback to its user
         st.error(f"This part of the page could not be drawn: {type(exc).__name__}: {exc}.")
 
@@ -49,7 +49,7 @@ def live(draw) -> None:
 
 
 def no_data(what: str) -> None:
-    st.info(f"No data yet: {what}", icon="🕐")
+    st.info(f"No data yet: {what}", icon=":material/hourglass_empty:")
 
 
 @st.cache_data(ttl=3, show_spinner=False)
@@ -84,7 +84,7 @@ def token_field(key: str) -> str | None:
     if not auth.token_required(host, s.dashboard_token):
         return None
     if not s.dashboard_token:
-        st.error(auth.check(None, host, None).reason, icon="🔒")
+        st.error(auth.check(None, host, None).reason, icon=":material/lock:")
         return None
     return st.text_input("Dashboard token", type="password", key=key,
                          help="DASHBOARD_TOKEN is set: buttons that change something need it.")
@@ -95,7 +95,7 @@ def authorized(given: str | None) -> bool:
     s = settings()
     verdict = auth.check(given, bound_host(s), s.dashboard_token)
     if not verdict.allowed:
-        st.error(verdict.reason, icon="🔒")
+        st.error(verdict.reason, icon=":material/lock:")
     return verdict.allowed
 
 

@@ -46,7 +46,7 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None) -> None:
 
     progress = []
     queries = {"fraud": topics["transactions"], **{f"usage-{g}": topics["decisions"] for g in GUARANTEES}}
-    for q, topic in queries.items():
+    for qi, (q, topic) in enumerate(queries.items()):
         ends = TOPIC_END["transactions" if q == "fraud" else "decisions"]
         for b in range(60):
             batch_id = b if q == "fraud" else b
@@ -55,8 +55,10 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None) -> None:
             done = {p: int(o * (b + 1) / 60) - (lagging if b == 59 else 0) for p, o in ends.items()}
             row = {"query": q, "batch_id": batch_id, "ts": ts, "num_input_rows": 100 + b,
                    "input_rows_per_s": 200.0 if q == "fraud" else 190.0, "processed_rows_per_s": 400.0,
-                   "duration_ms": 300 + (b % 7) * 20, "trigger_ms": 200, "commit_ms": 40 + (b % 5) * 5,
-                   "state_rows": 1_000 + b * 10, "state_memory_bytes": (2 + b / 30) * 2**20,
+                   "duration_ms": 250 + qi * 60 + (b * (qi + 3)) % 7 * 15, "trigger_ms": 200,
+                   "commit_ms": 30 + qi * 12 + (b * (qi + 2)) % 5 * 4,
+                   "state_rows": 1_000 + qi * 700 + b * (10 + qi * 5),
+                   "state_memory_bytes": int((2 + qi + b * (1 + qi) / 40) * 2**20),
                    "state_rows_dropped_late": 2 if b % 10 == 0 else 0,
                    "watermark": _iso(ts - 30_000), "start_offsets": "[]",
                    "end_offsets": _offsets(topic, done),
@@ -130,6 +132,8 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None) -> None:
                         "window_end": s + 60_000 + c * 5_000, "processed": 3 + c, "fraud": c % 3 == 0,
                         "updated_at": now})
     db["windows"].insert_all(windows)
+    db["usage_watermarks"].insert({"name": "usage-windows", "max_event_time": now - 1_000,
+                                   "watermark": now - 31_000, "updated_at": now})
     db["late_events"].insert_all([{"kind": k, "window_start": start0 + w * 10_000, "count": 4 + w % 3}
                                   for k in ("tumbling", "sliding") for w in range(0, 30, 3)])
 

@@ -80,9 +80,9 @@ def plotly_count(at: AppTest) -> int:
 
 
 EXPECT_WITH_DATA = {
-    "overview": ["Transactions/s in", "200.0", "Decisions/s", "Latency p99", "usage-at-least-once", "running"],
+    "overview": ["Tx in /s", "200.0", "Decisions /s", "Latency p99", "usage-at-least-once", "running"],
     "guarantees": [f"{OBSERVED['at-least-once']:,}", f"{OBSERVED['at-most-once']:,}", f"= truth {TRUTH:,}",
-                   "at-least-once** replayed batch 41", "+380 duplicates", "lost **120 events**",
+                   ":orange-badge[at-least-once] replayed batch 41", "+380 duplicates", "lost **120 events**",
                    "crash on usage"],
     "faults": ["Inject crash", "SIGKILL sent to pid 4242", "Zombie writes rejected", "bad-json", "Median 7.4 s"],
     "windows": ["Late events dropped", "80", "behind now", "usage-exactly-once"],

@@ -35,9 +35,9 @@ with c3:
     if st.button("Set late rate", width="stretch"):
         send("set-late-rate", late_rate=float(late))
 p1, p2, _ = st.columns([1, 1, 4])
-if p1.button("⏸ Pause", width="stretch"):
+if p1.button("Pause", icon=":material/pause:", width="stretch"):
     send("pause")
-if p2.button("▶ Resume", width="stretch"):
+if p2.button("Resume", icon=":material/play_arrow:", width="stretch"):
     send("resume")
 
 
@@ -45,13 +45,14 @@ def draw(db, s):
     st.subheader("What the simulator was last asked")
     now_set = data.simulator_settings(db)
     cols = st.columns(4)
-    cols[0].metric("State", "paused" if now_set.get("paused") else "running (or never paused)")
+    cols[0].metric("State", "paused" if now_set.get("paused") else "running", border=True,
+                   help="From the newest pause or resume command (running when none was sent).")
     for col, (kind, name, label) in zip(cols[1:], (("set-rate", "rate", "Rate"),
                                                    ("set-fraud-rate", "fraud_rate", "Fraud rate"),
                                                    ("set-late-rate", "late_rate", "Late rate"))):
         cmd = now_set.get(kind)
         col.metric(label, "—" if not cmd else f"{cmd['params'].get(name)}",
-                   delta=None if not cmd else cmd["status"], delta_color="off")
+                   delta=None if not cmd else cmd["status"], delta_color="gray", delta_arrow="off", border=True)
     log = data.command_log(db, 20, job="simulator")
     if log.empty:
         ui.no_data("no command sent to the simulator.")

@@ -12,10 +12,12 @@ def draw(db, s):
     now = data.now_ms()
     q = data.fraud_quality(db)
     cols = st.columns(4)
-    cols[0].metric("Precision", ui.percent(q["precision"]), help="Flagged transactions that really are fraud.")
-    cols[1].metric("Recall", ui.percent(q["recall"]), help="Fraudulent transactions that were flagged.")
-    cols[2].metric("Decided vs sent", f"{ui.number(q['processed_observed'])} / {ui.number(q['processed_truth'])}")
-    cols[3].metric("Flagged vs labelled fraud", f"{ui.number(q['fraud_observed'])} / {ui.number(q['fraud_truth'])}")
+    cols[0].metric("Precision", ui.percent(q["precision"]), border=True, help="Flagged transactions that really are fraud.")
+    cols[1].metric("Recall", ui.percent(q["recall"]), border=True, help="Fraudulent transactions that were flagged.")
+    cols[2].metric("Decided vs sent", f"{ui.number(q['processed_observed'])} / {ui.number(q['processed_truth'])}",
+                   border=True)
+    cols[3].metric("Flagged vs labelled fraud", f"{ui.number(q['fraud_observed'])} / {ui.number(q['fraud_truth'])}",
+                   border=True)
     if q["ts"] is None:
         ui.no_data("the auditor has not compared decisions with the labels yet.")
     flagged = data.flagged(db, 50)
@@ -28,14 +30,14 @@ def draw(db, s):
         series = data.quality_series(db, now)
         if not series.empty:
             st.plotly_chart(charts.quality(series), width="stretch")
-        st.subheader("Recently flagged")
-        st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", *data.SCORE_COLUMNS, "score", "latency_ms"]],
-                     hide_index=True, width="stretch", height=380,
-                     column_config={"decided": st.column_config.DatetimeColumn(format="HH:mm:ss"),
-                                    "amount": st.column_config.NumberColumn(format="%.2f"),
-                                    **{c: st.column_config.ProgressColumn(c.removeprefix("score_"), min_value=0,
-                                                                          max_value=1, format="%.2f")
-                                       for c in [*data.SCORE_COLUMNS, "score"]}})
+    st.subheader("Recently flagged")
+    st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", *data.SCORE_COLUMNS, "score", "latency_ms"]],
+                 hide_index=True, width="stretch", height=380,
+                 column_config={"decided": st.column_config.DatetimeColumn(format="HH:mm:ss"),
+                                "amount": st.column_config.NumberColumn(format="%.2f"),
+                                **{c: st.column_config.ProgressColumn(c.removeprefix("score_"), min_value=0,
+                                                                      max_value=1, format="%.2f")
+                                   for c in [*data.SCORE_COLUMNS, "score"]}})
 
 
 ui.live(draw)

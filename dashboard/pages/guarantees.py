@@ -8,7 +8,8 @@ st.title("Delivery guarantees")
 st.caption("One usage query per guarantee, same input, own checkpoint and sink. Truth = distinct "
            "txn_ids in Kafka's decisions topic. Faults injected from the Faults page are marked on the chart.")
 
-ICONS = {"at-most-once": "🟥", "at-least-once": "🟧", "exactly-once": "🟩"}
+COLORS = {"at-most-once": "red", "at-least-once": "orange", "exactly-once": "green"}
+BADGES = {g: f":{c}-badge[{g}]" for g, c in COLORS.items()}
 
 
 def draw(db, s):
@@ -24,17 +25,17 @@ def draw(db, s):
     cols = st.columns(3)
     for col, g in zip(cols, GUARANTEES):
         if g not in processed.index:
-            col.metric(g, "—", help="no audit row yet")
+            col.metric(g, "—", help="no audit row yet", border=True)
             continue
         row = processed.loc[g]
         off = int(row["observed"]) - int(row["truth"])
-        col.metric(f"{ICONS[g]} {g}", f"{int(row['observed']):,}",
+        col.metric(g, f"{int(row['observed']):,}",
                    delta=f"{off:+,} vs truth {int(row['truth']):,}" if off else f"= truth {int(row['truth']):,}",
-                   delta_color="off" if off == 0 else "inverse")
+                   delta_color="gray" if off == 0 else "red", delta_arrow="off", border=True)
 
     st.subheader("What each guarantee just did")
     for g, line in data.guarantee_stories(db, now).items():
-        st.markdown(f"{ICONS[g]} {line}")
+        st.markdown(line.replace(f"**{g}**", BADGES[g], 1))
 
     left, right = st.columns([2, 3])
     left.plotly_chart(charts.counts_vs_truth(latest), width="stretch")
@@ -43,7 +44,7 @@ def draw(db, s):
     right.plotly_chart(charts.guarantee_error(series, faults), width="stretch")
     if not faults.empty:
         st.caption("Faults on the chart: " + "; ".join(
-            f"{f.kind} on {f.job or 'all'} at {f.time:%H:%M:%S} ({f.status})" for f in faults.itertuples()))
+            f"{f.kind} on {f.job or 'the broker'} at {f.time:%H:%M:%S} ({f.status})" for f in faults.itertuples()))
 
 
 ui.live(draw)

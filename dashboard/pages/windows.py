@@ -20,13 +20,14 @@ def draw(db, s):
         cols = st.columns(min(len(wm), 4))
         for col, r in zip(cols * 10, wm.itertuples()):
             col.metric(r.query, f"{r.watermark:%H:%M:%S}", delta=f"{r.behind_s:,.0f} s behind now",
-                       delta_color="off")
+                       delta_color="gray", delta_arrow="off", border=True)
     late = data.late_events(db)
     dropped = data.dropped_by_watermark(db, now)
     c1, c2 = st.columns([1, 3])
     c1.metric("Late events dropped", f"{int(late['dropped'].sum()) if not late.empty else 0:,}",
-              help="Counted by the usage job per window kind.")
-    c1.metric("Rows dropped by Spark's watermark (30 min)",
+              help="Counted by the usage job per window kind.", border=True)
+    c1.metric("Dropped by Spark", help="Rows Spark's stateful operators dropped as too late, last 30 minutes.",
+              border=True, value=
               f"{int(dropped['dropped'].fillna(0).sum()) if not dropped.empty else 0:,}")
     with c2:
         series = data.late_series(db, now)
