@@ -35,7 +35,7 @@ from simulator.partitioner import partitions_for
 BULK_TESTED = ("3.0.12",)
 BATCH_BYTES = 256 * 1024      # well under the broker's 1 MiB message.max.bytes: a batch never splits
 LINGER_MS = 5
-MAX_OUTSTANDING = 200_000     # records appended but not yet acknowledged: the backpressure bound
+MAX_OUTSTANDING = 50_000      # records appended but not yet acknowledged: the backpressure bound
 
 
 class ProducerError(SystemExit):

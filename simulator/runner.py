@@ -21,6 +21,7 @@ from simulator.stream import Stream
 
 SEND_BATCH = 512          # events per append when unthrottled: keeps produced_at within ~1-2 ms
 CONTROL_EVERY_S = 0.5
+TICK_S = 0.005            # paced: send what is due every 5 ms, so each append carries a batch
 FLUSH_TIMEOUT_S = 90.0
 
 
@@ -147,16 +148,17 @@ class Simulator:
                     break
                 producer.wait_for_room(stop=lambda: self.stopping)
                 if self.rate is None:
-                    events = stream.take(SEND_BATCH)
+                    self._send(stream.take(SEND_BATCH))
+                    continue
+                due = self._anchor_clock + (now - self._anchor_wall) * 1000
+                events = stream.take(SEND_BATCH, until_ms=due)
+                if events:
+                    self._send(events)
+                    time.sleep(max(0.0, TICK_S - (time.monotonic() - now)))
                 else:
-                    due = self._anchor_clock + (time.monotonic() - self._anchor_wall) * 1000
-                    events = stream.take(SEND_BATCH, until_ms=due)
-                    if not events:
-                        upcoming = stream.next_emit_ms()
-                        if upcoming is not None:
-                            time.sleep(min(max(upcoming - due, 0.0) / 1000, 0.05))
-                        continue
-                self._send(events)
+                    upcoming = stream.next_emit_ms()
+                    if upcoming is not None:
+                        time.sleep(min(max(upcoming - due, TICK_S * 1000), 50.0) / 1000)
             self._flush()
         finally:
             for sig, handler in previous.items():
