@@ -105,7 +105,7 @@ def job_status(db, now: int | None = None) -> pd.DataFrame:
     df = _frame(db, "SELECT job, status, pid, restarts, last_batch, started_at, updated_at, detail "
                     "FROM job_status ORDER BY job LIMIT 50")
     if not df.empty:
-        df["seen_s_ago"] = ((now - df["updated_at"].fillna(now)) / 1000).round(1)
+        df["seen_s_ago"] = ((now - df["updated_at"].fillna(now)) / 1000).clip(lower=0).round(1)
         df["up_since"] = _time(df["started_at"])
         df = df.drop(columns=["started_at", "updated_at"])
     return df

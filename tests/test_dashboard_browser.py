@@ -139,5 +139,6 @@ def test_every_page_in_chromium(dashboard):
             markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
                 "els => els.map(e => e.textContent || '')")
             assert sum("crash" in m for m in markers) == 2, markers
+            page.screenshot(path=str(SHOTS / "guarantees-after-crash.png"))
         finally:
             browser.close()

@@ -14,10 +14,10 @@ def draw(db, s):
     cols = st.columns(4)
     cols[0].metric("Precision", ui.percent(q["precision"]), border=True, help="Flagged transactions that really are fraud.")
     cols[1].metric("Recall", ui.percent(q["recall"]), border=True, help="Fraudulent transactions that were flagged.")
-    cols[2].metric("Decided vs sent", f"{ui.number(q['processed_observed'])} / {ui.number(q['processed_truth'])}",
-                   border=True)
-    cols[3].metric("Flagged vs labelled fraud", f"{ui.number(q['fraud_observed'])} / {ui.number(q['fraud_truth'])}",
-                   border=True)
+    cols[2].metric("Decided", ui.number(q["processed_observed"]), border=True, delta_arrow="off", delta_color="gray",
+                   delta=None if q["processed_truth"] is None else f"of {q['processed_truth']:,} sent")
+    cols[3].metric("Flagged", ui.number(q["fraud_observed"]), border=True, delta_arrow="off", delta_color="gray",
+                   delta=None if q["fraud_truth"] is None else f"{q['fraud_truth']:,} labelled fraud")
     if q["ts"] is None:
         ui.no_data("the auditor has not compared decisions with the labels yet.")
     flagged = data.flagged(db, 50)
