@@ -18,8 +18,8 @@ FORMS = {
     "task-failure": dict(jobs=["usage"], guarantee=["every query", "at-most-once", "at-least-once", "exactly-once"],
                          what="processing of the next batch raises inside a Spark task"),
     "broker-down": dict(jobs=[None], seconds=10, what="the Kafka broker stops for N seconds, then restarts"),
-    "late-burst": dict(jobs=["simulator"], count=500, what="the simulator emits a burst of late, out-of-order events"),
-    "bad-input": dict(jobs=["simulator"], count=100, what="the simulator emits malformed messages (to the dead-letter topic)"),
+    "late-burst": dict(jobs=["simulator"], count=200, what="the simulator emits a burst of late, out-of-order events"),
+    "bad-input": dict(jobs=["simulator"], count=50, what="the simulator emits malformed messages (to the dead-letter topic)"),
     "zombie": dict(jobs=["usage", "fraud"], seconds=15,
                    what="a stale second instance runs on the same checkpoint for N seconds; fencing rejects its writes"),
 }
