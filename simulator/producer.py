@@ -96,7 +96,8 @@ class Producer:
                 enable_idempotence=True, acks="all", retries=2**31 - 1,
                 max_in_flight_requests_per_connection=5, delivery_timeout_ms=120_000,
                 request_timeout_ms=30_000, linger_ms=linger_ms, batch_size=batch_bytes,
-                max_block_ms=15_000, bootstrap_timeout_ms=8_000)
+                max_block_ms=15_000, bootstrap_timeout_ms=8_000,
+                reconnect_backoff_max_ms=1_000)  # back within a second of a broker restart
         except KafkaError as exc:
             raise ProducerError(f"The Kafka broker at {bootstrap} did not answer as a Kafka broker "
                                 f"({type(exc).__name__}).") from None

@@ -21,7 +21,7 @@ from simulator.stream import Stream
 
 SEND_BATCH = 512          # events per append when unthrottled: keeps produced_at within ~1-2 ms
 CONTROL_EVERY_S = 0.5
-TICK_S = 0.005            # paced: send what is due every 5 ms, so each append carries a batch
+TICK_S = 0.02             # paced: send what is due every 20 ms, so each append carries a batch
 FLUSH_TIMEOUT_S = 90.0
 
 
@@ -146,7 +146,9 @@ class Simulator:
                     continue
                 if stream.done:
                     break
-                producer.wait_for_room(stop=lambda: self.stopping)
+                if producer.outstanding > producer.max_outstanding:  # the broker is behind (or down)
+                    time.sleep(TICK_S)
+                    continue
                 if self.rate is None:
                     self._send(stream.take(SEND_BATCH))
                     continue

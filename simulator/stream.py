@@ -40,6 +40,7 @@ from simulator.population import CITIES, MERCHANTS_PER_CITY, Cards, Merchants
 NOMINAL_RATE = 1000.0
 CARD_CYCLE_S = 60.0
 MIN_CARDS = 100
+MAX_CARDS = 2_000_000  # memory bound: above ~33,000 tx/s of event time cards pay more often than once a minute
 BLOCK_SECONDS = 0.5
 BLOCK_RANGE = (8, 1024)
 MEAN_BURST = (P.BURST_SIZE[0] + P.BURST_SIZE[1]) / 2
@@ -65,7 +66,7 @@ class Event:
 
 
 def default_cards(rate: float) -> int:
-    return max(MIN_CARDS, math.ceil(CARD_CYCLE_S * rate))
+    return min(MAX_CARDS, max(MIN_CARDS, math.ceil(CARD_CYCLE_S * rate)))
 
 
 def slot_probabilities(fraud_rate: float, bad_rate: float) -> tuple[float, float, float, float]:

@@ -178,3 +178,31 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
     assert sum(d["pattern"].startswith("bad:") for d in docs) == 25
     assert sum(d["is_late"] for d in docs) == 40
     assert not any(d["is_fraud"] for d in docs)
+
+
+def test_both_producer_paths_deliver_every_record_once_where_kafka_would_put_it(kafka, topic):
+    from simulator.partitioner import partitions_for
+    from simulator.producer import Producer
+
+    for bulk in (True, False):
+        name = topic("sim-producer", partitions=3)
+        producer = Producer(kafka, bulk=bulk)
+        assert producer.bulk is bulk
+        stamp = int(time.time() * 1000)
+        keys = [b"c%07d" % (i % 97) for i in range(1500)]
+        for start in range(0, 1500, 500):
+            producer.send_many(name, keys[start:start + 500],
+                               [b'{"n":%d}' % i for i in range(start, start + 500)], stamp)
+        producer.flush()
+        totals = producer.totals(name)
+        producer.close()
+        assert (totals.appended, totals.sent, totals.failed) == (1500, 1500, 0)
+        assert sum(n for _, n in totals.latencies) == 1500
+        records = read_all(kafka, name)
+        assert sorted(json.loads(r.value)["n"] for r in records) == list(range(1500))
+        expected = dict(zip(keys, partitions_for(keys, 3).tolist()))
+        assert all(r.partition == expected[r.key] and r.timestamp == stamp for r in records)
+        # order within a partition is the order of appending
+        for p in range(3):
+            ns = [json.loads(r.value)["n"] for r in records if r.partition == p]
+            assert ns == sorted(ns)
