@@ -118,7 +118,7 @@ class JobProcess:
 
     def __init__(self, env: dict, args: list[str] | None = None):
         self.env = env
-        self.args = args or ["--no-windows"]
+        self.args = ["--no-windows"] if args is None else args
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.ready = threading.Event()

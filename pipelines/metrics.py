@@ -32,6 +32,8 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
         "commit_ms": int(durations.get("commitOffsets", 0)) + int(durations.get("walCommit", 0)),
         "state_rows": sum(op.numRowsTotal for op in ops),
         "state_memory_bytes": sum(op.memoryUsedBytes for op in ops),
+        # RocksDB's files on disk (what the checkpoint holds), beyond what sits in memory
+        "state_disk_bytes": sum(int((op.customMetrics or {}).get("rocksdbSstFileSize", 0) or 0) for op in ops),
         "state_rows_dropped_late": sum(op.numRowsDroppedByWatermark for op in ops),
         "watermark": (progress.eventTime or {}).get("watermark"),
         "start_offsets": json.dumps([s.startOffset for s in sources]),

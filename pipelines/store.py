@@ -38,7 +38,7 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "batch_progress": ({
         "query": str, "batch_id": int, "ts": int, "num_input_rows": int, "input_rows_per_s": float,
         "processed_rows_per_s": float, "duration_ms": int, "trigger_ms": int, "commit_ms": int,
-        "state_rows": int, "state_memory_bytes": int, "state_rows_dropped_late": int,
+        "state_rows": int, "state_memory_bytes": int, "state_disk_bytes": int, "state_rows_dropped_late": int,
         "watermark": str, "start_offsets": str, "end_offsets": str, "checkpoint": str,
     }, ("query", "batch_id", "ts")),
     # commands to the supervisor / simulator, and their life

@@ -220,7 +220,8 @@ class UsageJob:
 
         s = self.s
         ensure_topics([s.topics.decisions], s=s)
-        self.spark = get_spark("cardstream-usage", s)
+        # no empty batches just to move a watermark: the sinks need no eviction output
+        self.spark = get_spark("cardstream-usage", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
         starters = self.starters()
         metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
         for name, start in starters.items():
@@ -265,8 +266,14 @@ class UsageJob:
 
 
 def _first_line(exc) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
+    """The one telling line of a (often Py4J-wrapped, multi-line) Spark or Python error."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for line in lines:
+        if "task-failure injected" in line:
+            return line[:300]
+    errors = [ln for ln in lines if ("Error" in ln or "Exception" in ln) and not ln.startswith(("at ", "File "))
+              and "Python Proxy" not in ln]
+    return (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _safe_count(df) -> int:

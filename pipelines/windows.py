@@ -1,7 +1,6 @@
 """Event-time windows over decisions: tumbling 1 min, sliding 5 min every 1 min, sessions per card.
 
-Each micro-batch is aggregated in the JVM by window (Spark SQL `window` / `session_window` over the
-batch), and the small per-window results are merged into the store table `windows` from the
+Each micro-batch is aggregated in the JVM (per-minute panes, and `session_window` per card), and the small per-window results are merged into the store table `windows` from the
 driver, in ONE SQLite transaction together with the batch id and the advanced watermark, so a
 replayed batch is skipped (the same exactly-once rule as the usage sink).
 
@@ -26,8 +25,7 @@ from pipelines.store import transaction
 QUERY = "usage-windows"
 JOB = "usage"
 MINUTE_MS = 60_000
-TUMBLING = ("tumbling", "1 minute", None)
-SLIDING = ("sliding", "5 minutes", "1 minute")
+SLIDING_PANES = 5  # sliding windows: 5 minutes long, every minute
 ALL = "all"
 
 
@@ -50,36 +48,58 @@ def current_watermark(conn, name: str = QUERY) -> tuple[int | None, int | None]:
 def batch_results(df, watermark_ms: int | None, session_gap_s: int):
     """Aggregate one static batch of (card_id, event_time, event_ts, is_fraud) in the JVM.
 
-    Returns (fixed windows, sessions, late counts, max event_time) as small Python lists.
+    Two Spark jobs per batch: one per-minute pane aggregation (on-time count and fraud, late
+    count, max event_time), from which the tumbling (1 pane) and sliding (5 panes every 1) windows
+    are summed, and one session_window aggregation per card. Returns small Python lists:
+    (fixed windows, sessions, late counts, max event_time).
     """
     from pyspark.sql import functions as F
 
     wm = F.lit(watermark_ms if watermark_ms is not None else -(2 ** 62)).cast("long")
-    late = F.col("event_time") < wm
-    flagged = df.withColumn("late", late).withColumn("fraud", F.col("is_fraud").cast("long"))
+    flagged = (df.withColumn("late", F.col("event_time") < wm)
+               .withColumn("fraud", F.col("is_fraud").cast("long")))
+    pane = (F.col("event_time") - F.pmod(F.col("event_time"), F.lit(MINUTE_MS))).alias("pane")
     on_time = F.when(~F.col("late"), 1).otherwise(0)
-    fixed, late_counts = [], []
-    for kind, duration, slide in (TUMBLING, SLIDING):
-        w = F.window("event_ts", duration, slide) if slide else F.window("event_ts", duration)
-        rows = (flagged.groupBy(w.alias("w"))
-                .agg(F.sum(on_time).alias("n"), F.sum(on_time * F.col("fraud")).alias("f"),
-                     F.sum(F.col("late").cast("long")).alias("late"))
-                .select(F.unix_millis("w.start").alias("s"), F.unix_millis("w.end").alias("e"), "n", "f", "late")
-                .collect())
-        fixed += [WindowRow(kind, ALL, r["s"], r["e"], r["n"], r["f"]) for r in rows if r["n"]]
-        late_counts += [(kind, r["s"], r["late"]) for r in rows if r["late"]]
+    panes = (flagged.groupBy(pane)
+             .agg(F.sum(on_time).alias("n"), F.sum(on_time * F.col("fraud")).alias("f"),
+                  F.sum(F.col("late").cast("long")).alias("late"), F.max("event_time").alias("m"))
+             .collect())
     sessions = (flagged.where(~F.col("late"))
                 .groupBy("card_id", F.session_window("event_ts", f"{session_gap_s} seconds").alias("w"))
                 .agg(F.count(F.lit(1)).alias("n"), F.sum("fraud").alias("f"))
                 .select("card_id", F.unix_millis("w.start").alias("s"), F.unix_millis("w.end").alias("e"),
                         "n", "f")
                 .collect())
+    fixed, late_counts = panes_to_windows([(r["pane"], r["n"], r["f"], r["late"]) for r in panes])
     session_rows = [WindowRow("session", r["card_id"], r["s"], r["e"], r["n"], r["f"]) for r in sessions]
-    bucket = (F.floor(F.col("event_time") / MINUTE_MS) * MINUTE_MS).cast("long")
-    late_counts += [("session", r["b"], r["c"]) for r in
-                    flagged.where("late").groupBy(bucket.alias("b")).agg(F.count(F.lit(1)).alias("c")).collect()]
-    max_event = flagged.agg(F.max("event_time").alias("m")).collect()[0]["m"]
+    max_event = max((r["m"] for r in panes if r["m"] is not None), default=None)
     return fixed, session_rows, late_counts, max_event
+
+
+def panes_to_windows(panes: list[tuple[int, int, int, int]]):
+    """Per-minute panes (start, on-time n, fraud, late) -> tumbling and sliding window increments.
+
+    Tumbling 1 min is one pane; sliding 5 min every 1 min starting at S sums panes S .. S+4 min,
+    so each pane adds to the 5 sliding windows that contain it. Late counts follow the same rule;
+    sessions count their late events per minute pane (a late event's session is unknown).
+    """
+    fixed: dict[tuple, list[int]] = {}
+    late: dict[tuple, int] = {}
+    for start, n, f, lt in panes:
+        targets = [("tumbling", start, start + MINUTE_MS)]
+        targets += [("sliding", start - k * MINUTE_MS, start - k * MINUTE_MS + SLIDING_PANES * MINUTE_MS)
+                    for k in range(SLIDING_PANES)]
+        for kind, s, e in targets:
+            if n:
+                acc = fixed.setdefault((kind, s, e), [0, 0])
+                acc[0] += n
+                acc[1] += f
+            if lt:
+                late[(kind, s)] = late.get((kind, s), 0) + lt
+        if lt:
+            late[("session", start)] = late.get(("session", start), 0) + lt
+    rows = [WindowRow(kind, ALL, s, e, n, f) for (kind, s, e), (n, f) in sorted(fixed.items())]
+    return rows, [(kind, s, c) for (kind, s), c in sorted(late.items())]
 
 
 def apply_batch(conn, batch_id: int, fixed: list[WindowRow], sessions: list[WindowRow],
