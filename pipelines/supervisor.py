@@ -89,7 +89,7 @@ class PendingRecovery:
 class Supervisor:
     s: Settings
     jobs: list[str]
-    simulator_args: list[str] = field(default_factory=list)
+    job_args: dict[str, list[str]] = field(default_factory=dict)
     children: dict[str, Child] = field(default_factory=dict)
     zombies: list[Zombie] = field(default_factory=list)
     recoveries: list[PendingRecovery] = field(default_factory=list)
@@ -100,10 +100,9 @@ class Supervisor:
         self.log_dir = self.s.run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for job in self.jobs:
-            argv = [sys.executable, "-m", JOB_MODULES[job]]
-            if job == "simulator":
-                argv += self.simulator_args
-            self.children[job] = Child(job, argv, self.log_dir / f"{job}.log")
+            argv = [sys.executable, "-m", JOB_MODULES[job], *self.job_args.get(job, [])]
+            known = self.db["job_status"].get(job) if self.db["job_status"].count_where("job = ?", [job]) else {}
+            self.children[job] = Child(job, argv, self.log_dir / f"{job}.log", restarts=known.get("restarts") or 0)
         self._last_status = 0.0
         self._topics_ready = False
         self._auditor: threading.Thread | None = None
@@ -113,8 +112,10 @@ class Supervisor:
     def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen:
         log = open(log_path, "ab")
         try:
+            # Own process group: a zombie freeze stops the driver and its Spark JVM together.
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    preexec_fn=_die_with_parent, env=os.environ.copy())
+                                    preexec_fn=_die_with_parent, start_new_session=True,
+                                    env=os.environ.copy())
         finally:
             log.close()
 
@@ -251,7 +252,7 @@ class Supervisor:
             raise ValueError("zombie applies to the Spark jobs (fraud, usage), not the simulator")
         seconds = float(cmd.param("seconds", 15))
         old = child.proc
-        os.kill(old.pid, signal.SIGSTOP)
+        os.killpg(old.pid, signal.SIGSTOP)  # like a long GC pause or a suspended VM
         log_path = self.log_dir / f"{child.job}-zombie-{cmd.id}.log"
         child.proc = None
         self.start(child)  # the replacement takes a newer lease: the frozen one is now stale
@@ -265,7 +266,7 @@ class Supervisor:
         for z in list(self.zombies):
             now = time.monotonic()
             if z.resumed_at is None and now >= z.resume_at:
-                os.kill(z.proc.pid, signal.SIGCONT)
+                os.killpg(z.proc.pid, signal.SIGCONT)
                 z.resumed_at = now
                 z.resumed_ms = now_ms()
                 continue
@@ -352,7 +353,10 @@ class Supervisor:
         """SIGTERM every child (jobs stop their queries between batches), SIGKILL stragglers."""
         procs = [c.proc for c in self.children.values() if c.proc] + [z.proc for z in self.zombies]
         for z in self.zombies:
-            _signal(z.proc.pid, signal.SIGCONT)
+            try:
+                os.killpg(z.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
         for proc in procs:
             _signal(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
@@ -396,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.supervisor", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", default="fraud,usage", help="comma-separated jobs to run (fraud, usage)")
     parser.add_argument("--with-simulator", action="store_true", help="also run the simulator")
-    parser.add_argument("--simulator-args", default="", help='arguments for the simulator, e.g. "--rate 200"')
+    for job, example in (("fraud", "--mode microbatch"), ("usage", "--guarantee exactly-once"),
+                         ("simulator", "--rate 200")):
+        parser.add_argument(f"--{job}-args", default="", help=f'arguments for the {job} job, e.g. "{example}"')
     args = parser.parse_args(argv)
     jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
     unknown = [j for j in jobs if j not in ("fraud", "usage")]
@@ -404,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown job {unknown[0]!r}: choose from fraud, usage")
     if args.with_simulator:
         jobs.append("simulator")
-    Supervisor(load(), jobs, shlex.split(args.simulator_args)).run()
+    job_args = {job: shlex.split(getattr(args, f"{job}_args")) for job in JOB_MODULES}
+    Supervisor(load(), jobs, job_args).run()
     return 0
 
 

@@ -49,7 +49,7 @@ def spark(settings):
     session.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def topic(kafka, settings):
     """A factory of fresh, empty topics: `topic("transactions")` -> "transactions-<random>"."""
     from infra.topics import ensure_topics
