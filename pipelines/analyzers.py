@@ -20,7 +20,8 @@ class Limits:
     """Where each analyzer's score ramps from 0 (at `*_low`) to 1 (at `*_high`).
 
     The defaults put the aggregator's default threshold (0.7) near the intended limits: about 5x
-    the card's average ticket, an implied speed of about 900 km/h, 6 transactions in a minute.
+    the card's average ticket, an implied speed of about 900 km/h, 6 transactions in a minute or
+    2 within 5 seconds.
     """
     # average ticket: amount / running average of the card
     ticket_min_history: int = 3          # fewer past transactions: no opinion yet
@@ -37,6 +38,10 @@ class Limits:
     velocity_window_ms: int = 60_000
     velocity_low: int = 3
     velocity_high: int = 7
+    # ... and a short window, so a burst is caught from its second payment, not its seventh
+    velocity_burst_ms: int = 5_000
+    velocity_burst_low: int = 1
+    velocity_burst_high: int = 2
     velocity_keep: int = 32              # at most this many recent times are kept per card
 
 
@@ -126,13 +131,21 @@ class VelocityState(NamedTuple):
 
 def velocity(state: VelocityState | None, txn: Mapping, limits: Limits = DEFAULT_LIMITS
              ) -> tuple[float, VelocityState]:
-    """Score too many transactions of one card within a short event-time window."""
+    """Score too many transactions of one card within a short event-time window.
+
+    Two windows, the stronger one wins: a minute (several payments) and a few seconds (two
+    payments of one card seconds apart is already a burst: card testing, caught early).
+    """
     t = int(txn["event_time"])
     times = sorted((state.times if state else ()) + (t,))
     newest = times[-1]
     recent = [x for x in times if x > newest - limits.velocity_window_ms][-limits.velocity_keep:]
-    in_window = sum(1 for x in times if abs(x - t) < limits.velocity_window_ms and x <= t)
-    score = ramp(in_window, limits.velocity_low, limits.velocity_high)
+
+    def count(window_ms: int) -> int:
+        return sum(1 for x in times if t - window_ms < x <= t)
+
+    score = max(ramp(count(limits.velocity_window_ms), limits.velocity_low, limits.velocity_high),
+                ramp(count(limits.velocity_burst_ms), limits.velocity_burst_low, limits.velocity_burst_high))
     return score, VelocityState(tuple(recent))
 
 

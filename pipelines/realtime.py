@@ -52,10 +52,13 @@ def score_columns(limits: Limits = DEFAULT_LIMITS) -> dict:
     speed = km / (F.greatest(gap, F.lit(L.min_gap_ms)) / F.lit(3_600_000.0))
     place = F.when(F.col("p_time").isNotNull() & (gap <= L.proximity_window_ms) & (km >= L.min_distance_km),
                    _ramp(speed, L.speed_low_kmh, L.speed_high_kmh)).otherwise(0.0)
-    times = F.filter(F.transform(F.split(F.coalesce(F.col("p_times"), F.lit("")), ","),
-                                 lambda x: x.try_cast("bigint")),
-                     lambda x: x.isNotNull() & (x > t - F.lit(L.velocity_window_ms)) & (x <= t))
-    velocity = _ramp(F.size(times) + 1, L.velocity_low, L.velocity_high)
+    past = F.transform(F.split(F.coalesce(F.col("p_times"), F.lit("")), ","), lambda x: x.try_cast("bigint"))
+
+    def count(window_ms: int):
+        return F.size(F.filter(past, lambda x: x.isNotNull() & (x > t - F.lit(window_ms)) & (x <= t))) + 1
+
+    velocity = F.greatest(_ramp(count(L.velocity_window_ms), L.velocity_low, L.velocity_high),
+                          _ramp(count(L.velocity_burst_ms), L.velocity_burst_low, L.velocity_burst_high))
     return {"avg_ticket": ticket, "proximity": place, "velocity": velocity}
 
 
