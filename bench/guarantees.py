@@ -190,7 +190,7 @@ def command_status(db, command_id: int) -> str:
     return db.execute("SELECT status FROM commands WHERE id = ?", [command_id]).fetchone()[0]
 
 
-def settled(db, truth: int, seconds: float = 3.0, timeout: float = 90.0) -> dict:
+def settled(db, truth: int, seconds: float = 2.0, timeout: float = 90.0) -> dict:
     """Wait until exactly-once has caught up with `truth` (or the timeout), then until quiet."""
     try:
         wait_for(lambda: counts(db)["exactly-once"]["processed"] >= truth, timeout, "exactly-once to catch up")
@@ -199,7 +199,7 @@ def settled(db, truth: int, seconds: float = 3.0, timeout: float = 90.0) -> dict
     return quiet(db, seconds, timeout=30)
 
 
-def quiet(db, seconds: float = 3.0, timeout: float = 90.0) -> dict:
+def quiet(db, seconds: float = 2.0, timeout: float = 90.0) -> dict:
     """Wait until the sink counts stop changing for `seconds`; return them."""
     last, since = None, time.monotonic()
     deadline = time.monotonic() + timeout
@@ -213,12 +213,16 @@ def quiet(db, seconds: float = 3.0, timeout: float = 90.0) -> dict:
     return last
 
 
-def _report(truth_total: tuple[int, int], amo_truth: tuple[int, int], got: dict) -> dict:
+def _report(truth_total: tuple[int, int], amo_truth: tuple[int, int], got: dict, db=None) -> dict:
+    from pipelines.guarantees import dropped
+
     out = {}
     for g in GUARANTEES:
         t = amo_truth if g == "at-most-once" else truth_total
         out[g] = {"truth": t[0], "observed": got[g]["processed"], "fraud_truth": t[1],
                   "fraud_observed": got[g]["fraud"]}
+    if db is not None:
+        out["at-most-once"]["dropped"] = dropped(db)["processed"]
     return out
 
 
@@ -266,7 +270,7 @@ def crash_after_sink(s, workdir: Path) -> dict:
         sc.job.start()
         sc.send([decision(i, i % 5 == 0) for i in range(400, 450)])
         got = settled(sc.db, sc.truth.counts()[0])
-        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got)
+        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got, sc.db)
     finally:
         sc.close()
 
@@ -286,7 +290,7 @@ def crash(s, workdir: Path, down_seconds: float = 3.0) -> dict:
         time.sleep(3)
         prod.stop()
         got = settled(sc.db, sc.truth.counts()[0])
-        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got)
+        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got, sc.db)
     finally:
         if prod:
             prod.stop()
@@ -308,7 +312,7 @@ def sink_down(s, workdir: Path, seconds: float = 4.0) -> dict:
         time.sleep(seconds + 2)
         prod.stop()
         got = settled(sc.db, sc.truth.counts()[0])
-        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got)
+        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got, sc.db)
     finally:
         if prod:
             prod.stop()
