@@ -103,6 +103,7 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: setting)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--topic", help="reuse a topic already filled with exactly --events events")
     args = parser.parse_args(argv)
     if args.events < 1 or args.producers < 1:
         raise SystemExit("--events and --producers must be positive.")
@@ -114,9 +115,10 @@ def main(argv: list[str]) -> dict:
 
     base = load()
     broker.up(base, quiet=True)
-    topic = f"bench-throughput-{uuid.uuid4().hex[:8]}"
-    ensure_topics([topic], partitions=args.partitions, s=base)
-    fill(base, topic, args.events, args.producers)
+    topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
+    if not args.topic:
+        ensure_topics([topic], partitions=args.partitions, s=base)
+        fill(base, topic, args.events, args.producers)
     out = {}
     with tempfile.TemporaryDirectory(prefix="bench-throughput-", dir=base.run_dir) as tmp:
         s = dataclasses.replace(base, topics=dataclasses.replace(base.topics, decisions=topic),

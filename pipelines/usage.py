@@ -246,7 +246,11 @@ class UsageJob:
                     code = 1
                     self.stopping.set()
                     break
-                print(f"usage: {name} failed ({error}); restarting it from its checkpoint", flush=True)
+                delay = min(30.0, 2.0 ** (len(restarts) - 1))  # a broker outage gets time to pass
+                print(f"usage: {name} failed ({error}); restarting it from its checkpoint in {delay:g} s",
+                      flush=True)
+                if self.stopping.wait(delay):
+                    break
                 self.queries[name] = starters[name](restart=True)
         self.shutdown()
         return code
