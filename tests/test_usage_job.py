@@ -34,8 +34,8 @@ class Run:
         self.records += len(batch)
 
     def producer(self) -> Producer:
-        p = Producer(self.kafka, self.topic, self.truth, rate=100, start=1_000_000 + self.next_id)
-        self.next_id += 1_000_000
+        p = Producer(self.kafka, self.topic, self.truth, rate=100, start=self.next_id)
+        self.next_id += 1_000_000  # fresh txn_ids for whatever comes after this producer
         return p
 
 
@@ -98,6 +98,26 @@ def test_sink_down_drops_at_most_once_batches_and_the_others_recover(run):
     assert delta["at-most-once"] == sent - dropped  # exactly the dropped batches are missing
 
 
+def test_task_failure_restarts_from_the_checkpoint_without_the_process_dying(run):
+    before = counts(run.db)
+    dropped_before = guarantees.dropped(run.db)["processed"]
+    cid = commands.issue(run.db, "task-failure", "usage")  # the next batch of every query raises
+    wait_for(lambda: command_status(run.db, cid) != "pending", 30, "the job to claim task-failure")
+    sent = run.records
+    run.send(100)
+    sent = run.records - sent
+    wait_for(lambda: command_status(run.db, cid) == "done", 60, "the injected task failures")
+    truth, fraud_truth = run.truth.counts()
+    got = settled(run.db, truth)
+    assert run.job.proc.poll() is None  # restarted in-process, not dead
+    assert got["exactly-once"] == {"processed": truth, "fraud": fraud_truth}
+    assert got["at-least-once"]["processed"] - before["at-least-once"]["processed"] == sent
+    dropped = guarantees.dropped(run.db)["processed"] - dropped_before
+    assert dropped > 0  # at-most-once dropped its failed batch, recorded
+    assert got["at-most-once"]["processed"] - before["at-most-once"]["processed"] == sent - dropped
+    assert any("task-failure injected" in line for line in run.job.lines)
+
+
 def test_crash_while_producing_loses_at_most_once_only(run):
     before = counts(run.db)
     producer = run.producer()
@@ -118,3 +138,15 @@ def test_crash_while_producing_loses_at_most_once_only(run):
     assert delta_amo < producer.sent_records  # what arrived while it was down is lost
     assert got["at-most-once"]["processed"] < truth
     assert got["at-least-once"]["processed"] >= truth
+    # the audit, reading its truth from Kafka, tells the same story
+    import dataclasses
+
+    from infra.config import load
+    from pipelines import audit
+
+    s = load()
+    s = dataclasses.replace(s, topics=dataclasses.replace(s.topics, decisions=run.topic))
+    usage = audit.snapshot(s, run.db)["usage"]
+    assert usage["exactly-once"]["truth"] == truth and usage["exactly-once"]["lost"] == 0
+    assert usage["exactly-once"]["duplicated"] == 0
+    assert usage["at-most-once"]["lost"] > 0 and usage["at-most-once"]["duplicated"] == 0
