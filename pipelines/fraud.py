@@ -43,6 +43,8 @@ SCORED_FIELDS = {
     "p_time": "long", "p_times": "string",
 }
 SCORED_DDL = ", ".join(f"{name} {kind}" for name, kind in SCORED_FIELDS.items())
+TXN_COLUMNS = ("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
+               "produced_at")
 PROFILE_DDL = ("count long, mean double, lat double, lon double, place_time long, times string, "
                "last_seen long")
 
@@ -94,27 +96,30 @@ def make_processor(ttl_ms: int, limits=None):
 
             from pipelines.analyzers import score_transaction
 
-            batch = pd.concat(list(rows), ignore_index=True).sort_values(["event_time", "offset"])
+            frames = list(rows)
+            batch = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+            if len(batch) > 1:
+                batch = batch.sort_values(["event_time", "offset"], kind="stable")
             watermark = timerValues.getCurrentWatermarkInMs()
-            profile = profile_from_row(self.profile.get()) if self.profile.exists() else None
-            out = []
-            now = now_ms()
-            for txn in batch.to_dict("records"):
+            stored = self.profile.get()
+            profile = profile_from_row(stored) if stored is not None else None
+            out = {name: [] for name in SCORED_FIELDS}
+            columns = [batch[c].tolist() for c in TXN_COLUMNS]
+            for values in zip(*columns):
+                txn = dict(zip(TXN_COLUMNS, values))
                 scores, profile = score_transaction(profile, txn, self.limits)
                 p = profile_to_row(profile)
-                out.append({
-                    "txn_id": txn["txn_id"], "card_id": txn["card_id"], "merchant_id": txn["merchant_id"],
-                    "amount_cents": int(txn["amount_cents"]), "event_time": int(txn["event_time"]),
-                    "produced_at": int(txn["produced_at"]),
-                    **{f"score_{name}": float(scores[name]) for name in ANALYZERS},
-                    "is_late": bool(watermark > 0 and txn["event_time"] < watermark),
-                    "p_count": p[0], "p_mean": p[1], "p_lat": p[2], "p_lon": p[3], "p_time": p[4],
-                    "p_times": p[5],
-                })
-            from dataclasses import replace
-            profile = replace(profile, last_seen=now)
-            self.profile.update(profile_to_row(profile))
-            yield pd.DataFrame(out, columns=list(SCORED_FIELDS))
+                row = {"txn_id": txn["txn_id"], "card_id": txn["card_id"], "merchant_id": txn["merchant_id"],
+                       "amount_cents": int(txn["amount_cents"]), "event_time": int(txn["event_time"]),
+                       "produced_at": int(txn["produced_at"]),
+                       **{f"score_{name}": float(scores[name]) for name in ANALYZERS},
+                       "is_late": bool(watermark > 0 and txn["event_time"] < watermark),
+                       "p_count": p[0], "p_mean": p[1], "p_lat": p[2], "p_lon": p[3], "p_time": p[4],
+                       "p_times": p[5]}
+                for name in SCORED_FIELDS:
+                    out[name].append(row[name])
+            self.profile.update(profile_to_row(profile)[:-1] + (now_ms(),))
+            yield pd.DataFrame(out)
 
         def close(self) -> None:
             pass
@@ -137,7 +142,7 @@ class Options:
     checkpoint: Path
     store_path: Path
     threshold: float
-    profile_refresh_seconds: float = 60.0
+    profile_refresh_seconds: float = 300.0
 
 
 def parse_args(argv: list[str], s: Settings) -> Options:
@@ -156,7 +161,7 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    help="this job's checkpoint folder (one sub-folder per query)")
     p.add_argument("--store", type=Path, default=s.store_path)
     p.add_argument("--threshold", type=float, default=s.fraud_threshold)
-    p.add_argument("--profile-refresh-seconds", type=float, default=60.0,
+    p.add_argument("--profile-refresh-seconds", type=float, default=300.0,
                    help="real-time mode: how often the scoring query takes a fresh profile snapshot (0: never)")
     a = p.parse_args(argv)
     if a.trigger_seconds < 0:

@@ -10,7 +10,8 @@ So this path keeps no state of its own: it joins each transaction with a broadca
 the card profiles that the stateful micro-batch path keeps (store table `card_profiles`), computes
 the same three scores and the aggregator as SQL expressions (mirrors of `pipelines.analyzers`),
 and writes the decision straight to the Kafka `decisions` topic. The snapshot is refreshed by
-restarting the query on the same checkpoint every `--profile-refresh-seconds`.
+restarting the query on the same checkpoint every `--profile-refresh-seconds` (default 300,
+also the real-time batch duration: each batch boundary stalls the query for a moment).
 """
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def _start_once(spark, o, s: Settings):
             .option("topic", o.decisions_topic)
             .option("checkpointLocation", str(o.checkpoint / "realtime"))
             .outputMode("update")
-            .trigger(realTime=f"{max(5, int(o.profile_refresh_seconds or 5))} seconds")
+            .trigger(realTime=f"{max(5, int(o.profile_refresh_seconds or 300))} seconds")
             .start())
 
 
