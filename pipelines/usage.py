@@ -296,7 +296,14 @@ def main(argv: list[str] | None = None) -> int:
                    windows=not args.no_windows)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: job.stopping.set())
-    return job.run()
+    from kafka.errors import KafkaError
+
+    try:
+        return job.run()
+    except KafkaError as exc:  # e.g. the broker is down at start: one sentence, the supervisor retries
+        print(f"usage: cannot reach Kafka at {job.s.kafka_bootstrap}: {exc}", flush=True)
+        job.shutdown()
+        return 1
 
 
 if __name__ == "__main__":
