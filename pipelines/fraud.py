@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infra.config import Settings, load
@@ -31,6 +31,8 @@ from infra.contracts import ANALYZERS, DECISION_FIELDS
 
 JOB = "fraud"
 EXIT_FENCED = 3
+REALTIME_STATEFUL_TRIGGER_S = 5.0
+REALTIME_STATEFUL_MAX_OFFSETS = 500
 
 # What the stateful operator emits per transaction, before the aggregator and decided_at.
 SCORED_FIELDS = {
@@ -394,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
                                           f"{JOB}-dlq": str(o.checkpoint / "dlq"),
                                           f"{JOB}-rt": str(o.checkpoint / "realtime")})
+    if o.mode == "realtime":
+        # The real-time query needs the CPU; the stateful path only keeps profiles (and the store)
+        # and is throttled so it cannot starve it: a slower trigger, a bounded batch.
+        o = replace(o, trigger_seconds=max(o.trigger_seconds, REALTIME_STATEFUL_TRIGGER_S),
+                    max_offsets_per_trigger=o.max_offsets_per_trigger or REALTIME_STATEFUL_MAX_OFFSETS)
     queries = start(spark, o, s, sinks)
     if o.mode == "realtime":
         from pipelines import realtime
