@@ -1,0 +1,211 @@
+"""Helpers shared by the limit, peer and all scenarios (not a scenario: bench/__main__ skips it).
+
+Why here: the ceilings (limit) and the peer comparison must fill topics, pace producers and turn
+sink commits into latencies the same way, or their figures could not be compared.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import sys
+import time
+
+import numpy as np
+
+DECISION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
+            '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
+            '"score_proximity": 0.2, "score_velocity": 0.3, "score": %s, "is_fraud": %s, "is_late": false}')
+TRANSACTION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
+               '"currency": "EUR", "lat": 48.85, "lon": 2.35, "event_time": %d, "produced_at": %d}')
+
+
+def logger(name: str):
+    def log(msg: str) -> None:
+        print(f"bench {name}: {msg}", file=sys.stderr, flush=True)
+    return log
+
+
+def record(kind: str, prefix: str, i: int, now: int) -> bytes:
+    """One decision (every 50th is fraud) or transaction payload, cheap to format."""
+    if kind == "transactions":
+        return (TRANSACTION % (prefix, i, i % 1000, i % 97, 1000 + i % 5000, now, now)).encode()
+    fraud = i % 50 == 0
+    return (DECISION % (prefix, i, i % 1000, i % 97, 1000 + i % 5000, now, now, now,
+                        "0.9" if fraud else "0.1", "true" if fraud else "false")).encode()
+
+
+def fraud_in(n: int) -> int:
+    """How many of record(…, i) for i in range(n) are fraud: the truth the peers must reach."""
+    return (n + 49) // 50
+
+
+def _fill(job) -> int:
+    bootstrap, topic, kind, start, count = job
+    from kafka import KafkaProducer
+
+    prod = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=1 << 20,
+                         max_request_size=8 << 20)
+    now = int(time.time() * 1000)
+    for i in range(start, start + count):
+        prod.send(topic, key=b"tx-%d" % i, value=record(kind, "tx", i, now))
+    prod.flush()
+    prod.close()
+    return count
+
+
+def fill(bootstrap: str, topic: str, n: int, processes: int, kind: str = "decisions") -> tuple[int, float]:
+    """Fill `topic` with n records from `processes` kafka-python producers; (sent, seconds)."""
+    per = n // processes
+    jobs = [(bootstrap, topic, kind, k * per, per if k < processes - 1 else n - per * (processes - 1))
+            for k in range(processes)]
+    t0 = time.monotonic()
+    with mp.get_context("spawn").Pool(processes) as pool:
+        sent = sum(pool.map(_fill, jobs))
+    return sent, time.monotonic() - t0
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, append_time: bool = False) -> None:
+    """A fresh topic; `append_time` stamps records with the broker's append time (LogAppendTime)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    configs = {"message.timestamp.type": "LogAppendTime"} if append_time else {}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
+    finally:
+        admin.close()
+
+
+def delete_topics(bootstrap: str, containing: str, log=None) -> None:
+    """Delete every topic whose name contains `containing` (ours and the peer's changelogs)."""
+    from kafka.admin import KafkaAdminClient
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            doomed = [t for t in admin.list_topics() if containing in t]
+            if doomed:
+                admin.delete_topics(doomed)
+        finally:
+            admin.close()
+    except Exception as exc:  # noqa: BLE001 - the figures matter more than the clean-up
+        if log:
+            log(f"could not delete the bench topics ({exc})")
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
+    finally:
+        consumer.close()
+
+
+def read_stamps(bootstrap: str, topic: str, expect: int, timeout: float = 60.0) -> list[tuple[int, int, int]]:
+    """(partition, offset, Kafka timestamp) of every record in `topic` (values are not decoded)."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, max_poll_records=50_000,
+                             fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20)
+    out: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expect and time.monotonic() < deadline:
+            for recs in consumer.poll(500).values():
+                out.extend((r.partition, r.offset, r.timestamp) for r in recs)
+    finally:
+        consumer.close()
+    return out
+
+
+def _paced(job) -> int:
+    bootstrap, topic, prefix, rate, seconds = job
+    from kafka import KafkaProducer
+
+    prod = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2)
+    t0 = time.monotonic()
+    total = int(rate * seconds)
+    i = 0
+    while i < total:
+        due = min(total, int((time.monotonic() - t0) * rate) + 1)
+        now = int(time.time() * 1000)
+        while i < due:
+            prod.send(topic, key=b"%s-%d" % (prefix.encode(), i), value=record("decisions", prefix, i, now))
+            i += 1
+        time.sleep(0.005)
+    prod.flush()
+    prod.close()
+    return total
+
+
+@contextlib.contextmanager
+def paced_producer(bootstrap: str, topic: str, prefix: str, rate: float, seconds: float):
+    """Produce `rate` decisions/s for `seconds` in a child process (not competing for our GIL)."""
+    ctx = mp.get_context("spawn")
+    pool = ctx.Pool(1)
+    try:
+        yield pool.apply_async(_paced, ((bootstrap, topic, prefix, rate, seconds),))
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def commit_latencies(stamps: list[tuple[int, int, int]], commits: list[tuple[int, dict[int, int]]],
+                     since_ms: int = 0) -> list[int]:
+    """Per record: ms from its Kafka timestamp to the first sink commit whose end offset covers it.
+
+    `commits` are (commit wall-clock ms, {partition: end offset, exclusive}); records stamped
+    before `since_ms` (warm-up) are left out. Records no commit covers are left out too.
+    """
+    commits = sorted(commits)
+    out = []
+    by_part: dict[int, list[tuple[int, int]]] = {}
+    for ms, ends in commits:
+        for p, end in ends.items():
+            by_part.setdefault(int(p), []).append((end, ms))
+    for p, lst in by_part.items():  # a commit's end offset per partition only grows; keep it monotone
+        best, fixed = -1, []
+        for end, ms in lst:
+            if end > best:
+                fixed.append((end, ms))
+                best = end
+        by_part[p] = fixed
+    ends_of = {p: np.array([e for e, _ in lst]) for p, lst in by_part.items()}
+    ms_of = {p: np.array([m for _, m in lst]) for p, lst in by_part.items()}
+    for part, off, ts in stamps:
+        if ts < since_ms or part not in ends_of:
+            continue
+        k = int(np.searchsorted(ends_of[part], off, side="right"))
+        if k < len(ends_of[part]):
+            out.append(int(ms_of[part][k]) - ts)
+    return out
+
+
+def pct(values, q: float) -> float | None:
+    """Nearest-rank percentile (None for no values)."""
+    if len(values) == 0:
+        return None
+    v = np.sort(np.asarray(values))
+    rank = max(1, min(len(v), int(np.ceil(q / 100 * len(v)))))
+    return float(v[rank - 1])
+
+
+@contextlib.contextmanager
+def own_broker(s, log):
+    """Start the broker unless one of ours (or KAFKA_BOOTSTRAP) is there; stop it only if we started it."""
+    from infra import broker
+
+    started = not s.external_bootstrap and not broker.broker_pids(s)
+    bootstrap = broker.up(s, quiet=True)
+    if started:
+        log(f"started a broker on {bootstrap}")
+    try:
+        yield bootstrap
+    finally:
+        if started:
+            broker.down(s, quiet=True)
+            log("stopped the broker")
