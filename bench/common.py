@@ -127,6 +127,7 @@ def _paced(job) -> int:
     from kafka import KafkaProducer
 
     prod = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2)
+    started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     total = int(rate * seconds)
     i = 0
@@ -139,12 +140,13 @@ def _paced(job) -> int:
         time.sleep(0.005)
     prod.flush()
     prod.close()
-    return total
+    return started_ms
 
 
 @contextlib.contextmanager
 def paced_producer(bootstrap: str, topic: str, prefix: str, rate: float, seconds: float):
-    """Produce `rate` decisions/s for `seconds` in a child process (not competing for our GIL)."""
+    """Produce `rate` decisions/s for `seconds` in a child process (not competing for our GIL);
+    the async result's value is the wall-clock ms the first record was sent at."""
     ctx = mp.get_context("spawn")
     pool = ctx.Pool(1)
     try:
