@@ -1,0 +1,75 @@
+"""The benchmark runner's plain parts: figures summarised and rendered, latencies from commits, and
+the command line's answers to bad arguments. No Kafka, no Spark: the scenarios themselves are
+benchmarks, run with `python -m bench`, not tests."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from bench.all import flatten, render_markdown, summarize
+from bench.common import commit_latencies, fraud_in, pct, record
+from infra.config import ROOT
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+
+
+def test_flatten_keeps_numeric_leaves_only():
+    got = flatten({"a": 1, "b": {"c": 2.5, "d": "x", "e": None, "f": True}, "g": [3, 4]})
+    assert got == {"a": 1.0, "b.c": 2.5, "g.0": 3.0, "g.1": 4.0}
+
+
+def test_summarize_median_spread_and_leaves_out_run_parameters():
+    runs = {"peer": [{"ours_eps": 30_000, "quix_eps": 10_000, "events": 300_000},
+                     {"ours_eps": 20_000, "quix_eps": 10_000, "events": 300_000},
+                     {"ours_eps": 40_000, "quix_eps": 12_000, "events": 300_000}]}
+    s = summarize(runs)
+    assert s["peer.ours_eps"] == {"median": 30_000, "min": 20_000, "max": 40_000, "n": 3, "spread": 20_000 / 30_000}
+    assert "peer.events" not in s
+
+
+def test_markdown_has_machine_ratios_and_spread():
+    runs = {"limit": [{"spark_noop_eps": 100_000}, {"spark_noop_eps": 120_000}, {"spark_noop_eps": 110_000}],
+            "peer": [{"ours_eps": 33_000, "quix_eps": 11_000}] * 3}
+    md = render_markdown(summarize(runs), {"cores": 2, "Java": "17"},
+                         {"command": "python -m bench all --markdown", "date": "today", "minutes": 1.0,
+                          "repeat": 3, "quick": True, "failed": ["recovery run 2: timed out"]})
+    assert "| cores | 2 |" in md
+    assert "| ours_eps | 33,000 | 33,000–33,000 | 0% | 0.30 of spark_noop_eps | 3.00 × quix_eps | 3 |" in md
+    assert "| spark_noop_eps | 110,000 | 100,000–120,000 | 18% |" in md
+    assert "recovery run 2: timed out" in md and "--quick preset" in md
+
+
+def test_commit_latencies_pick_the_first_commit_covering_each_record():
+    # partition 0: offsets 0..3 stamped at 1000..1003; commit at 1500 covers 0-1, at 2500 covers 2-3
+    stamps = [(0, i, 1000 + i) for i in range(4)] + [(1, 0, 1000)]
+    commits = [(2500, {0: 4, 1: 1}), (1500, {0: 2})]
+    assert sorted(commit_latencies(stamps, commits)) == [499, 500, 1497, 1498, 1500]
+    assert commit_latencies(stamps, commits, since_ms=1002) == [1498, 1497]
+    assert commit_latencies([(0, 9, 1000)], commits) == []  # never committed: left out
+    assert pct([5, 1, 3, 2, 4], 50) == 3 and pct(list(range(1, 101)), 99) == 99 and pct([], 99) is None
+
+
+def test_generated_records_have_the_truth_the_peer_checks():
+    import json
+
+    rows = [json.loads(record("decisions", "tx", i, 0)) for i in range(101)]
+    assert sum(r["is_fraud"] for r in rows) == fraud_in(101) == 3
+    assert json.loads(record("transactions", "tx", 7, 5))["produced_at"] == 5
+
+
+def test_bench_without_a_scenario_or_with_an_unknown_one_exits_non_zero():
+    for args in ((), ("no-such-scenario",)):
+        r = run_bench(*args)
+        assert r.returncode != 0
+        assert "usage: python -m bench SCENARIO" in r.stderr and "limit" in r.stderr and "peer" in r.stderr
+
+
+def test_bench_all_refuses_bad_arguments_in_one_sentence():
+    r = run_bench("all", "--only", "limit,nope")
+    assert r.returncode != 0 and "unknown scenario(s) in --only: nope; known:" in r.stderr
+    r = run_bench("all", "--repeat", "0")
+    assert r.returncode != 0 and "--repeat must be 1 or more" in r.stderr
