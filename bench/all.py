@@ -157,17 +157,19 @@ def machine_info() -> dict:
     cpu = first(["cat", "/proc/cpuinfo"], r"model name\s*:\s*(.+)")
     jars = sorted(p.name for p in (ROOT / "infra" / "jars" / "kafka").glob("kafka_*.jar"))
     kafka = re.search(r"kafka_[\d.]+-([\d.]+)\.jar", jars[0]).group(1) if jars else "?"
+    from importlib.metadata import PackageNotFoundError, version
+
     versions = {}
-    for mod in ("pyspark", "kafka", "quixstreams"):
+    for dist in ("pyspark", "kafka-python", "quixstreams"):
         try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 - reported as unknown
-            versions[mod] = "?"
+            versions[dist] = version(dist)
+        except PackageNotFoundError:
+            versions[dist] = "?"
     return {"cores": os.cpu_count(), "CPU": cpu,
             "RAM": f"{int(mem) / 1024 / 1024:.1f} GiB" if mem.isdigit() else "?",
             "OS": platform.platform(), "Python": platform.python_version(),
             "Java": first(["java", "-version"], r'version "([^"]+)"'), "Spark (PySpark)": versions["pyspark"],
-            "Kafka broker": kafka, "kafka-python": versions["kafka"], "quixstreams": versions["quixstreams"]}
+            "Kafka broker": kafka, "kafka-python": versions["kafka-python"], "quixstreams": versions["quixstreams"]}
 
 
 def run_once(name: str, args: list[str], timeout: float) -> dict:

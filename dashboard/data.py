@@ -284,9 +284,12 @@ def describe_guarantee(guarantee: str, rows: list[dict], replayed: int | None = 
         if dup > 0:
             where = f"replayed batch {replayed}" if replayed is not None else "replayed a batch"
             return f"**{guarantee}** {where} at {when}: **+{dup:,} duplicates** ({total})."
-        if lost > 0:
+        if lost > 0 and guarantee == "at-most-once":
             return (f"**{guarantee}** lost **{lost:,} events** at {when}, in flight or while down, "
                     f"and restarted from the latest offsets ({total}).")
+        if lost > 0:  # it resumes from its checkpoint: a shortfall is input not yet read
+            return (f"**{guarantee}** fell **{lost:,} events** behind at {when} and resumes from its "
+                    f"checkpoint; the shortfall is input not read yet ({total}).")
     if guarantee == "exactly-once" and replayed is not None and last["observed"] == last["truth"]:
         return (f"**exactly-once** skipped replayed batch {replayed} (already applied): "
                 f"count = truth = {int(last['truth']):,}.")

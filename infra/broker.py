@@ -117,6 +117,12 @@ def _format_storage(s: Settings, classpath: str) -> None:
                           f"{(proc.stderr or proc.stdout).strip()[-300:]}")
 
 
+def _broker_env() -> dict[str, str]:
+    """The environment without CardStream's own settings: the broker outlives whoever started it
+    (the supervisor restarts it after `broker-down`) and must not look like part of that run."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CARDSTREAM_")}
+
+
 def up(s: Settings | None = None, quiet: bool = False) -> str:
     """Start the broker if it is not already running and answering; return the bootstrap address."""
     s = s or load()
@@ -155,7 +161,8 @@ def up(s: Settings | None = None, quiet: bool = False) -> str:
                 ["java", f"-Xmx{s.kafka_heap}", f"-Xms{s.kafka_heap}", "-XX:+UseG1GC",
                  "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={LOG4J}",
                  "-cp", classpath, "kafka.Kafka", str(p["config"])],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=_broker_env())
         p["pid"].write_text(str(proc.pid))
         pid = proc.pid
     else:

@@ -45,6 +45,11 @@ def check(conn, job: str, epoch: int, what: str = "") -> None:
                           + (f" ({what})" if what else ""))
 
 
+def current_epoch(db: sqlite_utils.Database, job: str) -> int:
+    row = db.conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+    return row[0] if row else 0
+
+
 def record_rejection(db: sqlite_utils.Database, job: str, epoch: int, what: str) -> None:
     conn = db.conn
     row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()

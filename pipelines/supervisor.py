@@ -366,10 +366,32 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for proc in procs:  # the child's Spark JVM (same process group) may outlive it by a moment
+            _drain_group(proc.pid, deadline)
         for child in self.children.values():
             child.proc, child.status, child.detail = None, "stopped", "supervisor stopped"
             self._write_status(child)
         print("supervisor: stopped", flush=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _drain_group(pgid: int, deadline: float) -> None:
+    """Wait for every process of the group to exit; SIGKILL what is left at the deadline."""
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _group_alive(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+        for _ in range(50):
+            if not _group_alive(pgid):
+                break
+            time.sleep(0.1)
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -22,7 +22,8 @@ Sink down (`sink-down` fault): at-most-once drops the batch; at-least-once and e
 the write with backoff inside foreachBatch until the sink is back (Spark does not commit the batch
 meanwhile). A batch that fails otherwise (`task-failure`, a store error) fails its query, which this
 driver restarts in-process from its checkpoint, a bounded number of times, then exits 1.
-A fenced instance (zombie) records the rejected write, prints one line and exits 3.
+A fenced instance (zombie) records the rejected write, prints one line and exits 3; one whose
+query Spark stopped first (one run per checkpoint) exits 4 instead of restarting it.
 """
 from __future__ import annotations
 
@@ -96,6 +97,9 @@ def record_start(db, guarantee: str, topic: str, offsets: dict[str, int]) -> Non
     """Remember where a query FIRST started reading `topic` (kept across restarts)."""
     db.conn.execute("INSERT OR IGNORE INTO usage_starts (guarantee, topic, offsets, started_at) "
                     "VALUES (?, ?, ?, ?)", (guarantee, topic, json.dumps(offsets), now_ms()))
+
+
+EXIT_SUPERSEDED = 4  # a newer instance owns the job and Spark stopped this one's query
 
 
 def exit_fenced(db, epoch: int, exc: fencing.FencedError, what: str):
@@ -236,6 +240,14 @@ class UsageJob:
                 if query.isActive:
                     continue
                 error = _first_line(query.exception()) if query.exception() else "stopped"
+                newer = fencing.current_epoch(self.db, JOB)
+                if newer > self.epoch:
+                    # Spark's own guard (one run per checkpoint) tripped before our fencing did.
+                    print(f"usage: {name} stopped by Spark ({error}); epoch {newer} now owns the job, "
+                          f"so this instance (epoch {self.epoch}) exits without restarting it", flush=True)
+                    code = EXIT_SUPERSEDED
+                    self.stopping.set()
+                    break
                 now = time.monotonic()
                 restarts.append(now)
                 while restarts and now - restarts[0] > RESTART_WINDOW_S:
@@ -252,10 +264,10 @@ class UsageJob:
                 if self.stopping.wait(delay):
                     break
                 self.queries[name] = starters[name](restart=True)
-        self.shutdown()
+        self.shutdown(superseded=code == EXIT_SUPERSEDED)
         return code
 
-    def shutdown(self) -> None:
+    def shutdown(self, superseded: bool = False) -> None:
         self.stopping.set()
         self.faults.stop()
         for query in self.queries.values():
@@ -263,7 +275,7 @@ class UsageJob:
                 query.stop()
             except Exception:  # noqa: BLE001 - stopping anyway
                 pass
-        if AT_MOST_ONCE in self.names:
+        if AT_MOST_ONCE in self.names and not superseded:  # a zombie leaves the live instance's alone
             shutil.rmtree(checkpoint_dir(self.s, query_name(AT_MOST_ONCE)), ignore_errors=True)
         if self.spark is not None:
             self.spark.stop()

@@ -10,8 +10,9 @@ it can be, for none of the others:
   only on a card with at least `SPIKE_MIN_HISTORY` (3) ordinary payments this run, the history the
   analyzer needs before it has an opinion.
 - impossible travel (proximity): an ordinary-sized payment in a city at least 3,000 km from home,
-  at most `TRAVEL_MAX_GAP_MS` (2 min) of event time after the card's last ordinary payment at home:
-  over 90,000 km/h.
+  `TRAVEL_MIN_GAP_MS` (10 s) to `TRAVEL_MAX_GAP_MS` (2 min) of event time after the card's last
+  ordinary payment at home: over 90,000 km/h. Never sooner, or the velocity analyzer's 5 s burst
+  window would flag it too and the pattern would not be the proximity analyzer's alone.
 - card testing (velocity): a burst of `BURST_SIZE` (10..16) tiny payments (1.00..2.99) at one
   merchant of the home city, each at most `BURST_MAX_GAP_MS` (3 s) after the previous: 10+ in
   under 50 s. A windowed counter can only flag a burst from its 6th or 7th payment on.
@@ -33,6 +34,7 @@ NORMAL_SIGMA = 0.3
 MIN_AMOUNT_CENTS = 50
 SPIKE_FACTOR = (15.0, 40.0)
 SPIKE_MIN_HISTORY = 3
+TRAVEL_MIN_GAP_MS = 10_000
 TRAVEL_MAX_GAP_MS = 120_000
 BURST_SIZE = (10, 16)            # inclusive
 BURST_AMOUNT_CENTS = (100, 299)  # inclusive

@@ -31,6 +31,7 @@ import math
 import secrets
 from collections import deque
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -45,6 +46,7 @@ BLOCK_SECONDS = 0.5
 BLOCK_RANGE = (8, 1024)
 MEAN_BURST = (P.BURST_SIZE[0] + P.BURST_SIZE[1]) / 2
 RECENT = 16  # on-time ordinary payments remembered as candidates for impossible travel
+YOUNG = 4096  # ... and the newest ones, until they are TRAVEL_MIN_GAP_MS old (enough up to ~400 tx/s)
 _LABEL_NORMAL = P.LABEL_FORMAT % ('%s', 'false', P.NORMAL, 'false')
 _LABEL_LATE = P.LABEL_FORMAT % ('%s', 'false', P.NORMAL, 'true')
 
@@ -141,7 +143,8 @@ class Stream:
         self.seq = 0
         self.forced_late = 0
         self.forced_bad = 0
-        self.recent: deque = deque(maxlen=RECENT)  # (card, generation, time) of on-time ordinary payments
+        self.recent: deque = deque(maxlen=YOUNG)  # (card, generation, time) of on-time ordinary payments
+        self.seasoned: deque = deque(maxlen=RECENT)  # those of them at least TRAVEL_MIN_GAP_MS old
         self._held: list = []      # late payments: (emit_ms, seq, card, Event)
         self._held_cards: dict[int, int] = {}  # card -> late payments of it still held back
         self._ready: deque[Event] = deque()
@@ -330,7 +333,7 @@ class Stream:
                     amount = P.spike_amount(cards.typical_list[spike_card], float(self.g_fraud.random()))
                     self._emit(self._payment(spike_card, merchant, amount, P.SPIKE))
                     cards.reissue(spike_card)
-                elif (victim := self._victim()) is not None:
+                elif (victim := self._victim(self.clock - gaps[i] - P.TRAVEL_MIN_GAP_MS)) is not None:
                     self._travel(victim, gaps[i])
                 else:  # no card to use yet (the very start): an ordinary payment
                     self._emit(self._payment(card, slot_merchants[i], slot_amounts[i], P.NORMAL))
@@ -349,14 +352,21 @@ class Stream:
             card = int(self.schedule.take(1, len(self.cards))[0])
         return card
 
-    def _victim(self) -> tuple[int, int, float] | None:
-        """The most recent on-time ordinary payment whose card has not been reissued since.
+    def _victim(self, before: float) -> tuple[int, int, float] | None:
+        """The most recent on-time ordinary payment, at or before `before`, whose card has not been
+        reissued since.
 
         A card with a late payment still on its way is passed over: that payment would reach the
-        proximity analyzer after the fraud, from home, and look like impossible travel itself.
+        proximity analyzer after the fraud, from home, and look like impossible travel itself. Above
+        ~400 tx/s the young payments no longer span TRAVEL_MIN_GAP_MS; then the newest will do,
+        and the travel payment may also look like a burst to the velocity analyzer.
         """
+        young, seasoned = self.recent, self.seasoned
+        while young and young[0][2] <= before:
+            seasoned.append(young.popleft())
         generation, held_cards = self.cards.generation, self._held_cards
-        for card, gen, then in reversed(self.recent):
+        pool = reversed(seasoned) if len(young) < YOUNG else chain(reversed(young), reversed(seasoned))
+        for card, gen, then in pool:
             if generation[card] == gen and not held_cards.get(card):
                 return card, gen, then
         return None

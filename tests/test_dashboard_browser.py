@@ -4,25 +4,12 @@ sees the command recorded and marked on the guarantees chart, and saves a screen
 into docs/screenshots/ (the README shows them)."""
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import pytest
 
+from browser import SHOTS, chromium, streamlit
 from dashboard_seed import OBSERVED, TOPIC_END, seed_store
 from pipelines.commands import now_ms
 from pipelines.store import connect
-
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-SHOTS = ROOT / "docs" / "screenshots"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 # url path -> texts that must appear on it
 PAGES = {
@@ -36,12 +23,6 @@ PAGES = {
     "controls": ["Set rate", "Pause", "rate 2500/s"],
 }
 NAMES = {"": "overview"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fill(kafka: str, topics: dict[str, str]) -> None:
@@ -67,78 +48,40 @@ def dashboard(tmp_path, kafka, topic):
     # a little ahead of the clock, so "the last 10 s" still holds decisions when the pages open
     seed_store(db, now_ms() + 20_000, topics)
     db.conn.close()
-    port = free_port()
-    env = {**os.environ, "CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "PYTHONPATH": str(ROOT),
-           "DASHBOARD_REFRESH_SECONDS": "2"}
-    env.pop("DASHBOARD_TOKEN", None)
-    log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",
-                             "--server.address", "127.0.0.1", "--server.port", str(port),
-                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise AssertionError("streamlit did not start: " + (tmp_path / "streamlit.log").read_text()[-2000:])
-            time.sleep(0.3)
+    with streamlit({"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka}, tmp_path / "streamlit.log") as base:
         yield base, db_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def test_every_page_in_chromium(dashboard):
-    if not CHROMIUM.exists():
-        pytest.fail(f"Chromium is missing at {CHROMIUM}: install it with infra/install-chromium.sh "
-                    "(this test never skips).")
-    from playwright.sync_api import sync_playwright
-
     base, db_path = dashboard
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            for path, texts in PAGES.items():
-                page.goto(f"{base}/{path}")
-                for text in texts:
-                    page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
-                page.locator(".js-plotly-plot").first.wait_for(timeout=30_000) if path not in ("controls",) else None
-                page.wait_for_timeout(1500)  # let Plotly finish drawing
-                tall = page.evaluate("""() => {
-                    const block = document.querySelector('[data-testid=stMainBlockContainer]');
-                    return block ? block.scrollHeight : document.body.scrollHeight; }""")
-                page.set_viewport_size({"width": 1440, "height": max(900, min(int(tall) + 20, 5000))})
-                page.wait_for_timeout(1200)  # Plotly redraws at the new size
-                page.screenshot(path=str(SHOTS / f"{NAMES.get(path, path)}.png"), full_page=True)
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        for path, texts in PAGES.items():
+            page.goto(f"{base}/{path}")
+            for text in texts:
+                page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
+            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000) if path not in ("controls",) else None
+            page.wait_for_timeout(1500)  # let Plotly finish drawing
+            tall = page.evaluate("""() => {
+                const block = document.querySelector('[data-testid=stMainBlockContainer]');
+                return block ? block.scrollHeight : document.body.scrollHeight; }""")
+            page.set_viewport_size({"width": 1440, "height": max(900, min(int(tall) + 20, 5000))})
+            page.wait_for_timeout(1200)  # Plotly redraws at the new size
+            page.screenshot(path=str(SHOTS / f"{NAMES.get(path, path)}.png"), full_page=True)
 
-            page.set_viewport_size({"width": 1440, "height": 1000})
-            page.goto(f"{base}/faults")
-            page.get_by_role("button", name="Inject crash", exact=True).click()
-            page.get_by_text("issued: crash on fraud").first.wait_for(timeout=30_000)
-            db = connect(db_path)
-            kinds = [(r["kind"], r["job"], r["status"]) for r in db.query("SELECT * FROM commands ORDER BY id")]
-            db.conn.close()
-            assert kinds[-1] == ("crash", "fraud", "pending")
-            page.goto(f"{base}/guarantees")
-            page.get_by_text("crash on fraud at").first.wait_for(timeout=30_000)
-            page.wait_for_timeout(1500)
-            markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
-                "els => els.map(e => e.textContent || '')")
-            assert sum("crash" in m for m in markers) == 2, markers
-            page.screenshot(path=str(SHOTS / "guarantees-after-crash.png"))
-        finally:
-            browser.close()
+        page.set_viewport_size({"width": 1440, "height": 1000})
+        page.goto(f"{base}/faults")
+        page.get_by_role("button", name="Inject crash", exact=True).click()
+        page.get_by_text("issued: crash on fraud").first.wait_for(timeout=30_000)
+        db = connect(db_path)
+        kinds = [(r["kind"], r["job"], r["status"]) for r in db.query("SELECT * FROM commands ORDER BY id")]
+        db.conn.close()
+        assert kinds[-1] == ("crash", "fraud", "pending")
+        page.goto(f"{base}/guarantees")
+        page.get_by_text("crash on fraud at").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+        markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
+            "els => els.map(e => e.textContent || '')")
+        assert sum("crash" in m for m in markers) == 2, markers
+        page.screenshot(path=str(SHOTS / "guarantees-after-crash.png"))

@@ -135,6 +135,8 @@ def test_describe_guarantee_in_plain_words():
     assert "last applied batch 9" in data.describe_guarantee("exactly-once", [row(2, 100)], None, 9)
     steady = data.describe_guarantee("at-most-once", [row(2, 90, lost=10), row(1, 90, lost=10)])
     assert "no new loss" in steady and "10 lost" in steady
+    behind = data.describe_guarantee("exactly-once", [row(2, 80, lost=20), row(1, 100)])
+    assert "20 events** behind" in behind and "checkpoint" in behind and "lost **" not in behind
 
 
 # --- faults, windows, checkpoints -----------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The supervisor on real Kafka and Spark: crash and recovery time, broker-down, zombie fencing,
 commands executed exactly once across a supervisor restart, clean shutdown with nothing orphaned.
 
-One supervisor runs the usage job (exactly-once query) for the whole module while a producer
-writes decisions; the tests run in order against it.
+One supervisor runs the usage job (exactly-once query) and the live auditor for the whole module
+while a producer writes decisions; the tests run in order against it. The crash is pressed in the
+running dashboard, in Debian's Chromium.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from infra.config import ROOT
+from browser import SHOTS, chromium, streamlit
 from pipelines import commands
 from pipelines.store import connect
 
@@ -58,6 +60,7 @@ class Producer:
 
     def __init__(self, bootstrap: str, topic: str, rate: float = 150.0):
         self.topic, self.rate = topic, rate
+        self.prefix = uuid.uuid4().hex[:6]  # a second producer must not repeat the first one's ids
         self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=1_000_000,
                                       enable_idempotence=True, delivery_timeout_ms=300_000,
                                       request_timeout_ms=10_000, linger_ms=5)
@@ -74,7 +77,7 @@ class Producer:
             now = int(time.time() * 1000)
             for _ in range(int(self.rate / 10)):
                 i += 1
-                decision = {"txn_id": f"tx-{i}", "card_id": f"c-{i % 50}", "merchant_id": "m",
+                decision = {"txn_id": f"tx-{self.prefix}-{i}", "card_id": f"c-{i % 50}", "merchant_id": "m",
                             "amount_cents": 1000, "event_time": now, "produced_at": now,
                             "decided_at": now, "score_avg_ticket": 0.0, "score_proximity": 0.0,
                             "score_velocity": 0.0, "score": 0.0, "is_fraud": i % 10 == 0, "is_late": False}
@@ -131,7 +134,8 @@ def supervised(kafka, topic, settings, tmp_path_factory):
     decisions = topic("decisions")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CARDSTREAM_DB": str(work / "cardstream.db"),
            "CHECKPOINT_ROOT": str(work / "checkpoints"), "TOPIC_DECISIONS": decisions,
-           "TRIGGER_SECONDS": "0.5", "RESTART_DELAY_SECONDS": "1", "AUDIT_INTERVAL_SECONDS": "3600",
+           "TOPIC_TRANSACTIONS": topic("transactions"), "TOPIC_LABELS": topic("labels"),
+           "TRIGGER_SECONDS": "0.5", "RESTART_DELAY_SECONDS": "1", "AUDIT_INTERVAL_SECONDS": "2",
            "CARDSTREAM_RUN_DIR": str(settings.run_dir), "KAFKA_PORT": str(settings.kafka_port),
            "KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
     sup = Supervised(env, work / "supervisor.log")
@@ -160,15 +164,46 @@ def test_runs_the_job_and_records_its_status(supervised):
     assert supervised.eo_processed() > 0
 
 
-def test_crash_is_recovered_and_its_recovery_time_recorded(supervised):
+def eo_on_page(page) -> int:
+    """The exactly-once count shown on the Guarantees page (its metric card)."""
+    card = page.locator("[data-testid=stMetric]").filter(has_text="exactly-once").first
+    return int(card.locator("[data-testid=stMetricValue]").inner_text().replace(",", ""))
+
+
+def test_crash_pressed_in_the_dashboard_is_recovered_and_shown(supervised, tmp_path):
     old_pid = supervised.status()["pid"]
-    command_id = commands.issue(supervised.db, "crash", "usage")
-    row = supervised.wait_command(command_id, timeout=30)
-    assert row["status"] == "done" and f"pid {old_pid}" in row["result"]
-    recovery = wait_for("a recovery record", lambda: list(supervised.db["recoveries"].rows), timeout=180)[0]
-    assert recovery["job"] == "usage" and recovery["fault"] == "crash" and recovery["seconds"] > 0
-    status = supervised.status()
-    assert status["restarts"] == 1 and status["pid"] != old_pid and status["status"] == "running"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with streamlit(supervised.env, tmp_path / "streamlit.log") as base, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(f"{base}/guarantees")
+        page.locator("[data-testid=stMetric]").filter(has_text="exactly-once").first.wait_for(timeout=60_000)
+        before = eo_on_page(page)
+
+        page.goto(f"{base}/faults")
+        page.locator(".st-key-job_crash button[aria-label=Open]").click()
+        page.get_by_role("option", name="usage", exact=True).click()
+        page.locator(".st-key-inject_crash button").click()
+        page.get_by_text("issued: crash on usage").first.wait_for(timeout=30_000)
+        command_id = supervised.db.execute("SELECT max(id) FROM commands WHERE kind = 'crash'").fetchone()[0]
+        row = supervised.wait_command(command_id, timeout=30)
+        assert row["status"] == "done" and f"pid {old_pid}" in row["result"]
+        recovery = wait_for("a recovery record", lambda: list(supervised.db["recoveries"].rows), timeout=180)[0]
+        assert recovery["job"] == "usage" and recovery["fault"] == "crash" and recovery["seconds"] > 0
+        status = supervised.status()
+        assert status["restarts"] == 1 and status["pid"] != old_pid and status["status"] == "running"
+        page.get_by_text("Recovery times").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(SHOTS / "live-faults.png"), full_page=True)
+
+        page.goto(f"{base}/guarantees")
+        page.get_by_text("crash on usage at").first.wait_for(timeout=60_000)
+        wait_for("the page's exactly-once count to move on after the recovery",
+                 lambda: eo_on_page(page) > before, timeout=120, every=1)
+        markers = lambda: page.locator(".js-plotly-plot .annotation-text").evaluate_all(  # noqa: E731
+            "els => els.map(e => e.textContent || '')")
+        wait_for("the crash marked on the error chart", lambda: any("crash" in m for m in markers()),
+                 timeout=30, every=1)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(SHOTS / "live-guarantees-after-crash.png"), full_page=True)
 
 
 def test_broker_down_for_10_s_loses_nothing_under_exactly_once(supervised, kafka):
