@@ -167,7 +167,11 @@ def compare(truth: int, observed: int) -> dict:
 
 def fraud_figures(truth_ids: set, labels: dict, observed: dict[str, bool], decision_records: int,
                   decision_distinct: int) -> dict:
-    """Truth vs the fraud job's store rows, and precision/recall of its is_fraud vs the labels."""
+    """Truth vs the fraud job's store rows, and precision/recall of its is_fraud vs the labels.
+
+    Both over decided transactions only: one not decided yet is lag (counted in `lost` until
+    decided), not a missed fraud.
+    """
     tp = fp = fn = 0
     for txn_id, decided in observed.items():
         label = labels.get(txn_id)
@@ -176,7 +180,7 @@ def fraud_figures(truth_ids: set, labels: dict, observed: dict[str, bool], decis
         tp += decided and label[0]
         fp += decided and not label[0]
     for txn_id, (is_fraud, pattern) in labels.items():
-        if is_fraud and not pattern.startswith("bad:") and not observed.get(txn_id, False):
+        if is_fraud and not pattern.startswith("bad:") and observed.get(txn_id) is False:
             fn += 1
     return {"truth": len(truth_ids), "observed": len(observed),
             "lost": len(truth_ids - observed.keys()),
@@ -232,6 +236,10 @@ def record(db, snap: dict, ts: int | None = None) -> int:
                      "observed": u["observed"], "lost": u["lost"], "duplicated": u["duplicated"]})
         fraud = compare(u["fraud_truth"], u["fraud_observed"])
         rows.append({"ts": ts, "job": "usage", "guarantee": g, "metric": "fraud", **fraud})
+    for metric in ("precision", "recall"):  # the ratio itself in `observed` (the dashboard reads it so)
+        if f.get(metric) is not None:
+            rows.append({"ts": ts, "job": "fraud", "guarantee": "", "metric": metric, "truth": None,
+                         "observed": f[metric], "lost": None, "duplicated": None})
     db["audit"].upsert_all(rows, pk=("ts", "job", "guarantee", "metric"))
     return len(rows)
 

@@ -99,23 +99,38 @@ def connect(path: Path | str | None = None, s: Settings | None = None,
     return db
 
 
-def ensure_schema(db: sqlite_utils.Database) -> None:
+INDEXES = [("decisions", ["decided_at"]), ("decisions", ["is_fraud", "decided_at"]),
+           ("commands", ["status", "id"]),
+           # the dashboard's bounded reads (recent batches, audit series, windows)
+           ("batch_progress", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"])]
+
+
+def _missing(db: sqlite_utils.Database) -> bool:
     existing = set(db.table_names())
-    for name, (columns, pk) in TABLES.items():
-        if name not in existing:
-            db[name].create(columns, pk=pk, if_not_exists=True)
-        else:  # a store from an older version: add the columns it lacks
-            have = set(db[name].columns_dict)
-            for col, kind in columns.items():
-                if col not in have:
-                    db[name].add_column(col, kind)
-    db["decisions"].create_index(["decided_at"], if_not_exists=True)
-    db["decisions"].create_index(["is_fraud", "decided_at"], if_not_exists=True)
-    db["commands"].create_index(["status", "id"], if_not_exists=True)
-    # the dashboard's bounded reads (recent batches, audit series, windows)
-    db["batch_progress"].create_index(["ts"], if_not_exists=True)
-    db["audit"].create_index(["job", "metric", "ts"], if_not_exists=True)
-    db["windows"].create_index(["kind", "window_start"], if_not_exists=True)
+    return any(name not in existing or not set(columns) <= set(db[name].columns_dict)
+               for name, (columns, _) in TABLES.items())
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    """Create what the store lacks, in one write transaction.
+
+    Jobs, the supervisor, the dashboard and tests open the store at the same moment on a fresh
+    run; one transaction makes them take turns (busy timeout) instead of racing table by table.
+    """
+    if not _missing(db):
+        return
+    with transaction(db):
+        existing = set(db.table_names())
+        for name, (columns, pk) in TABLES.items():
+            if name not in existing:
+                db[name].create(columns, pk=pk, if_not_exists=True)
+            else:  # a store from an older version: add the columns it lacks
+                have = set(db[name].columns_dict)
+                for col, kind in columns.items():
+                    if col not in have:
+                        db[name].add_column(col, kind)
+        for table, columns in INDEXES:
+            db[table].create_index(columns, if_not_exists=True)
 
 
 @contextmanager

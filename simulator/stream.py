@@ -357,16 +357,16 @@ class Stream:
         reissued since.
 
         A card with a late payment still on its way is passed over: that payment would reach the
-        proximity analyzer after the fraud, from home, and look like impossible travel itself. Above
-        ~400 tx/s the young payments no longer span TRAVEL_MIN_GAP_MS; then the newest will do,
-        and the travel payment may also look like a burst to the velocity analyzer.
+        proximity analyzer after the fraud, from home, and look like impossible travel itself. With
+        none old enough (the stream's first TRAVEL_MIN_GAP_MS, or above ~400 tx/s, where the young
+        payments no longer span it) the newest will do, and the travel payment may then also look
+        like a burst to the velocity analyzer.
         """
         young, seasoned = self.recent, self.seasoned
         while young and young[0][2] <= before:
             seasoned.append(young.popleft())
         generation, held_cards = self.cards.generation, self._held_cards
-        pool = reversed(seasoned) if len(young) < YOUNG else chain(reversed(young), reversed(seasoned))
-        for card, gen, then in pool:
+        for card, gen, then in chain(reversed(seasoned), reversed(young)):
             if generation[card] == gen and not held_cards.get(card):
                 return card, gen, then
         return None

@@ -25,7 +25,9 @@ def test_fraud_figures_precision_recall_and_losses():
               "bad1": (False, "bad:json")}
     observed = {"t1": True, "t2": True, "t4": False}
     got = audit.fraud_figures({"t1", "t2", "t3", "t4"}, labels, observed, decision_records=5, decision_distinct=3)
-    assert got == {"truth": 4, "observed": 3, "lost": 1, "duplicated": 2, "precision": 0.5, "recall": 0.5}
+    assert got == {"truth": 4, "observed": 3, "lost": 1, "duplicated": 2, "precision": 0.5, "recall": 1.0}
+    observed["t3"] = False  # decided, and missed
+    assert audit.fraud_figures({"t1", "t2", "t3", "t4"}, labels, observed, 5, 4)["recall"] == 0.5
 
 
 def _settings(settings, topic, store_path):
@@ -61,12 +63,12 @@ def test_snapshot_reads_kafka_truth_incrementally_and_records_it(kafka, settings
     assert snap["usage"]["at-most-once"]["lost"] == 3
     f = snap["fraud"]
     assert (f["truth"], f["observed"], f["lost"], f["duplicated"]) == (30, 20, 10, 5)
-    assert f["precision"] == 1.0 and f["recall"] == round(5 / 8, 4)
+    assert f["precision"] == 1.0 and f["recall"] == 1.0  # of the 20 decided; 10 are not decided yet
 
     produce(kafka, s.topics.decisions, [decision(i, False) for i in range(30, 40)])  # read incrementally
     assert audit.snapshot(s, store)["usage"]["exactly-once"]["truth"] == 40
-    assert audit.record(store, snap) == 7
-    assert {r["metric"] for r in store["audit"].rows} == {"decisions", "processed", "fraud"}
+    assert audit.record(store, snap) == 9
+    assert {r["metric"] for r in store["audit"].rows} == {"decisions", "processed", "fraud", "precision", "recall"}
 
 
 def test_cli_prints_one_json_line_last(kafka, settings, topic, tmp_path):
