@@ -110,7 +110,7 @@ def _format_storage(s: Settings, classpath: str) -> None:
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     proc = subprocess.run(["java", "-cp", classpath, f"-Dlog4j2.configurationFile={LOG4J}",
-                           "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(p["config"])],
+                           "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(p["config"])],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise BrokerError(f"Formatting the Kafka storage in {p['data']} failed: "
