@@ -60,6 +60,7 @@ class Settings:
     # Fraud scoring
     fraud_threshold: float
     state_ttl_minutes: int
+    fraud_state_buckets: int
     watermark_seconds: int
     session_gap_seconds: int
     # Usage job: checkpoints kept, dedupe horizon (on Kafka append time), batch size cap
@@ -118,6 +119,7 @@ def load(env: dict | None = None) -> Settings:
         checkpoint_root=Path(env.get("CHECKPOINT_ROOT") or run_dir / "checkpoints").resolve(),
         fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),
         state_ttl_minutes=_int(env, "STATE_TTL_MINUTES", 24 * 60),
+        fraud_state_buckets=_int(env, "FRAUD_STATE_BUCKETS", 64),
         watermark_seconds=_int(env, "WATERMARK_SECONDS", 30),
         session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),
         min_batches_to_retain=_int(env, "MIN_BATCHES_TO_RETAIN", 20),

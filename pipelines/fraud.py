@@ -4,8 +4,9 @@
                               [--available-now] [--trigger-seconds S] [--checkpoint DIR] ...
 
 Micro-batch (default): transactions -> parse (JVM) -> malformed ones to the dead-letter topic ->
-valid ones keyed by card through `transformWithStateInPandas` (the three analyzers of
-`pipelines.analyzers`, the card's profile in Spark's RocksDB state with a TTL, checkpointed) ->
+valid ones keyed by card bucket through `transformWithStateInPandas` (the three analyzers of
+`pipelines.analyzers` over each card's transactions in event order; the profiles of a bucket's
+cards in one value of Spark's RocksDB state, with a TTL per card, checkpointed) ->
 the aggregator as SQL expressions -> the store's `decisions` table (idempotent: first decision per
 txn_id stands, fenced) and the Kafka `decisions` topic (at least once; readers deduplicate).
 
@@ -49,6 +50,7 @@ TXN_COLUMNS = ("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon",
                "produced_at")
 PROFILE_DDL = ("count long, mean double, lat double, lon double, place_time long, times string, "
                "last_seen long")
+BUCKET_DDL = "profiles string"  # JSON {card_id: profile row (PROFILE_DDL)} of one bucket's cards
 
 
 def now_ms() -> int:
@@ -78,55 +80,80 @@ def profile_from_row(row) -> "CardProfile":
 
 # ---------------------------------------------------------------- the stateful processor
 
+def score_bucket(stored: str | None, batch, watermark: int, now: int, ttl_ms: int, limits) -> tuple[dict, str]:
+    """Score one bucket's new transactions, card by card in event order (pure).
+
+    `stored` is the bucket's state (JSON of profile rows by card), `batch` a pandas frame of
+    TXN_COLUMNS + offset. Returns the output columns (SCORED_FIELDS) and the new state, in which
+    cards not seen for `ttl_ms` are dropped.
+
+    Why buckets, not one state value per card: Spark calls the Python processor and its state
+    server once per key and batch, which costs about a millisecond per key on two cores; with
+    cards paying about once a minute nearly every row is its own key. A bucket of cards costs one
+    call and one state read and write per batch, whatever the number of its cards.
+    """
+    from pipelines.analyzers import score_transaction
+
+    rows_by_card: dict = json.loads(stored) if stored else {}
+    batch = batch.sort_values(["card_id", "event_time", "offset"], kind="stable")
+    out = {name: [] for name in SCORED_FIELDS}
+    columns = [batch[c].tolist() for c in TXN_COLUMNS]
+    card, profile = None, None
+    for values in zip(*columns):
+        txn = dict(zip(TXN_COLUMNS, values))
+        if txn["card_id"] != card:
+            if card is not None:
+                rows_by_card[card] = profile_to_row(replace(profile, last_seen=now))
+            card = txn["card_id"]
+            row = rows_by_card.get(card)
+            profile = profile_from_row(row) if row is not None else None
+        scores, profile = score_transaction(profile, txn, limits)
+        p = profile_to_row(profile)
+        for name, value in (("txn_id", txn["txn_id"]), ("card_id", card), ("merchant_id", txn["merchant_id"]),
+                            ("amount_cents", int(txn["amount_cents"])), ("event_time", int(txn["event_time"])),
+                            ("produced_at", int(txn["produced_at"])),
+                            *((f"score_{a}", float(scores[a])) for a in ANALYZERS),
+                            ("is_late", bool(watermark > 0 and txn["event_time"] < watermark)),
+                            ("p_count", p[0]), ("p_mean", p[1]), ("p_lat", p[2]), ("p_lon", p[3]),
+                            ("p_time", p[4]), ("p_times", p[5])):
+            out[name].append(value)
+    if card is not None:
+        rows_by_card[card] = profile_to_row(replace(profile, last_seen=now))
+    expired = now - ttl_ms
+    kept = {c: r for c, r in rows_by_card.items() if (r[6] or 0) >= expired}
+    return out, json.dumps(kept, separators=(",", ":"))
+
+
 def make_processor(ttl_ms: int, limits=None):
     """The StatefulProcessor class instance (built lazily: pyspark is imported only in the job)."""
     from pyspark.sql.streaming import StatefulProcessor
 
     from pipelines.analyzers import DEFAULT_LIMITS
 
-    class CardScorer(StatefulProcessor):
-        """Keyed by card_id: runs the analyzers over the card's new transactions in event order."""
+    class BucketScorer(StatefulProcessor):
+        """Keyed by card bucket: runs the analyzers over each card's new transactions in event order."""
 
         def __init__(self, ttl_ms: int, limits):
             self.ttl_ms, self.limits = ttl_ms, limits
 
         def init(self, handle) -> None:
-            self.profile = handle.getValueState("profile", PROFILE_DDL, self.ttl_ms)
+            self.profiles = handle.getValueState("profiles", BUCKET_DDL, self.ttl_ms)
 
         def handleInputRows(self, key, rows, timerValues):
             import pandas as pd
 
-            from pipelines.analyzers import score_transaction
-
             frames = list(rows)
             batch = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-            if len(batch) > 1:
-                batch = batch.sort_values(["event_time", "offset"], kind="stable")
-            watermark = timerValues.getCurrentWatermarkInMs()
-            stored = self.profile.get()
-            profile = profile_from_row(stored) if stored is not None else None
-            out = {name: [] for name in SCORED_FIELDS}
-            columns = [batch[c].tolist() for c in TXN_COLUMNS]
-            for values in zip(*columns):
-                txn = dict(zip(TXN_COLUMNS, values))
-                scores, profile = score_transaction(profile, txn, self.limits)
-                p = profile_to_row(profile)
-                row = {"txn_id": txn["txn_id"], "card_id": txn["card_id"], "merchant_id": txn["merchant_id"],
-                       "amount_cents": int(txn["amount_cents"]), "event_time": int(txn["event_time"]),
-                       "produced_at": int(txn["produced_at"]),
-                       **{f"score_{name}": float(scores[name]) for name in ANALYZERS},
-                       "is_late": bool(watermark > 0 and txn["event_time"] < watermark),
-                       "p_count": p[0], "p_mean": p[1], "p_lat": p[2], "p_lon": p[3], "p_time": p[4],
-                       "p_times": p[5]}
-                for name in SCORED_FIELDS:
-                    out[name].append(row[name])
-            self.profile.update(profile_to_row(profile)[:-1] + (now_ms(),))
+            stored = self.profiles.get()
+            out, state = score_bucket(stored[0] if stored is not None else None, batch,
+                                      timerValues.getCurrentWatermarkInMs(), now_ms(), self.ttl_ms, self.limits)
+            self.profiles.update((state,))
             yield pd.DataFrame(out)
 
         def close(self) -> None:
             pass
 
-    return CardScorer(ttl_ms, limits or DEFAULT_LIMITS)
+    return BucketScorer(ttl_ms, limits or DEFAULT_LIMITS)
 
 
 # ---------------------------------------------------------------- options
@@ -334,7 +361,8 @@ def build_scored(spark, o: Options, s: Settings):
              .withWatermark("event_ts", f"{s.watermark_seconds} seconds")
              .select("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
                      "produced_at", "offset"))
-    scored = (valid.groupBy("card_id")
+    scored = (valid.withColumn("bucket", F.pmod(F.xxhash64("card_id"), F.lit(s.fraud_state_buckets)))
+              .groupBy("bucket")
               .transformWithStateInPandas(make_processor(s.state_ttl_minutes * 60_000),
                                           outputStructType=SCORED_DDL, outputMode="Append",
                                           timeMode="ProcessingTime"))

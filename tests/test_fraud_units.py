@@ -58,3 +58,45 @@ def test_quality_counts_precision_and_recall_against_labels():
                  {"txn_id": "3", "is_fraud": True}]
     q = quality(decisions, labels)
     assert q["precision"] == 0.5 and q["recall"] == 0.5 and q["labelled"] == 3
+
+
+def test_a_bucket_scores_each_card_in_event_order_and_forgets_idle_cards():
+    import json
+
+    import pandas as pd
+
+    from pipelines.analyzers import score_transaction
+    from pipelines.fraud import TXN_COLUMNS, score_bucket
+
+    def txn(i, card, t, amount=1000, lat=48.85, lon=2.35):
+        return {"txn_id": f"t{i}", "card_id": card, "merchant_id": "m", "amount_cents": amount, "lat": lat,
+                "lon": lon, "event_time": t, "produced_at": t, "offset": i}
+
+    first = [txn(0, "a", 1_000), txn(1, "b", 2_000), txn(2, "a", 600_000), txn(3, "a", 1_200_000)]
+    # out of order in the batch, and card "b" flies to New York a minute later
+    second = [txn(5, "a", 1_900_000, amount=20_000), txn(4, "b", 62_000, lat=40.71, lon=-74.0),
+              txn(6, "a", 1_800_000)]
+    out1, state = score_bucket(None, pd.DataFrame(first), 0, 10_000, 3_600_000, _limits())
+    out2, state = score_bucket(state, pd.DataFrame(second), 0, 20_000, 3_600_000, _limits())
+
+    expected, profiles = {}, {}
+    for t in sorted(first, key=lambda r: r["event_time"]) + sorted(second, key=lambda r: r["event_time"]):
+        scores, profiles[t["card_id"]] = score_transaction(profiles.get(t["card_id"]), t, _limits())
+        expected[t["txn_id"]] = scores
+    got = {}
+    for out in (out1, out2):
+        for i, txn_id in enumerate(out["txn_id"]):
+            got[txn_id] = {a: out[f"score_{a}"][i] for a in ("avg_ticket", "proximity", "velocity")}
+    assert got == expected
+    assert got["t4"]["proximity"] == 1.0 and got["t5"]["avg_ticket"] > 0.7
+    assert set(json.loads(state)) == {"a", "b"}
+    _, later = score_bucket(state, pd.DataFrame([txn(7, "c", 2_000_000)]), 0, 20_000 + 3_600_001, 3_600_000,
+                            _limits())
+    assert set(json.loads(later)) == {"c"}  # a and b were idle longer than the TTL
+    assert TXN_COLUMNS[1] == "card_id"
+
+
+def _limits():
+    from pipelines.analyzers import DEFAULT_LIMITS
+
+    return DEFAULT_LIMITS
