@@ -1,7 +1,7 @@
 """The supervisor on real Kafka and Spark: crash and recovery time, broker-down, zombie fencing,
 commands executed exactly once across a supervisor restart, clean shutdown with nothing orphaned.
 
-One supervisor runs the usage job (exactly-once query) and the live auditor for the whole module
+One supervisor runs the usage job (its three guarantee queries) and the live auditor for the whole module
 while a producer writes decisions; the tests run in order against it. The crash is pressed in the
 running dashboard, in Debian's Chromium.
 """
@@ -112,7 +112,7 @@ class Supervised:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pipelines.supervisor", "--jobs", "usage",
-                 "--usage-args", "--guarantee exactly-once --no-windows"],
+                 "--usage-args", "--no-windows"],
                 env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     def status(self, job="usage"):
@@ -192,6 +192,7 @@ def test_crash_pressed_in_the_dashboard_is_recovered_and_shown(supervised, tmp_p
         status = supervised.status()
         assert status["restarts"] == 1 and status["pid"] != old_pid and status["status"] == "running"
         page.get_by_text("Recovery times").first.wait_for(timeout=30_000)
+        page.get_by_text("Checkpoints & state").first.wait_for(timeout=30_000)  # the app's own navigation
         page.screenshot(path=str(SHOTS / "live-faults.png"), full_page=True)
 
         page.goto(f"{base}/guarantees")
@@ -202,6 +203,7 @@ def test_crash_pressed_in_the_dashboard_is_recovered_and_shown(supervised, tmp_p
             "els => els.map(e => e.textContent || '')")
         wait_for("the crash marked on the error chart", lambda: any("crash" in m for m in markers()),
                  timeout=30, every=1)
+        page.get_by_text("Checkpoints & state").first.wait_for(timeout=30_000)
         page.wait_for_timeout(1500)
         page.screenshot(path=str(SHOTS / "live-guarantees-after-crash.png"), full_page=True)
 
