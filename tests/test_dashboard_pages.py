@@ -53,7 +53,7 @@ def open_page(name: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=30)
     at.run()
     if name != "overview":
-        at.switch_page(f"pages/{name}.py")
+        at.switch_page(f"views/{name}.py")
         at.run()
     return at
 

@@ -112,7 +112,7 @@ class Supervised:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pipelines.supervisor", "--jobs", "usage",
-                 "--usage-args", "--no-windows"],
+                 "--usage-args=--no-windows"],
                 env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     def status(self, job="usage"):
