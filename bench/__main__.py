@@ -17,7 +17,8 @@ def scenarios() -> list[str]:
 def main(argv: list[str]) -> int:
     names = scenarios()
     if not argv or argv[0] not in names:
-        print(f"usage: python -m bench SCENARIO [options] --json; scenarios: {', '.join(names) or 'none yet'}",
+        unknown = f"no scenario named {argv[0]!r}. " if argv else ""
+        print(f"{unknown}usage: python -m bench SCENARIO [options] --json; scenarios: {', '.join(names) or 'none yet'}",
               file=sys.stderr)
         return 2
     module = importlib.import_module(f"bench.{argv[0]}")

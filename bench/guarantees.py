@@ -325,12 +325,11 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--only", choices=("crash-after-sink", "crash", "sink-down"), action="append")
     args = parser.parse_args(argv)
     s = load()
-    from infra import broker
+    from bench.common import own_broker
 
-    broker.up(s, quiet=True)
     scenarios = {"crash-after-sink": crash_after_sink, "crash": crash, "sink-down": sink_down}
     out = {}
-    with tempfile.TemporaryDirectory(prefix="bench-guarantees-", dir=s.run_dir) as tmp:
+    with own_broker(s, log), tempfile.TemporaryDirectory(prefix="bench-guarantees-", dir=s.run_dir) as tmp:
         for name, run in scenarios.items():
             if args.only and name not in args.only:
                 continue

@@ -108,13 +108,18 @@ def main(argv: list[str]) -> dict:
     if args.events < 1 or args.producers < 1:
         raise SystemExit("--events and --producers must be positive.")
 
-    from infra import broker
+    from bench.common import own_broker
+
+    base = load()
+    with own_broker(base, log):
+        return _run(args, base)
+
+
+def _run(args, base) -> dict:
     from infra.topics import ensure_topics
     from pipelines.spark import get_spark
     from pipelines.usage import UsageJob
 
-    base = load()
-    broker.up(base, quiet=True)
     topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
     if not args.topic:
         ensure_topics([topic], partitions=args.partitions, s=base)
