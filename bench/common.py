@@ -211,3 +211,20 @@ def own_broker(s, log):
         if started:
             broker.down(s, quiet=True)
             log("stopped the broker")
+
+
+def wait_for_rows(query, n: int, timeout: float, what: str, every: float = 0.1) -> list[dict]:
+    """Poll a streaming query until its batches have read `n` rows (or `timeout` s); its progress.
+
+    A query that stops meanwhile is an error named after `what`.
+    """
+    t0 = time.monotonic()
+    progress: list[dict] = []
+    while time.monotonic() - t0 < timeout:
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        if sum(p["numInputRows"] for p in progress) >= n:
+            break
+        if not query.isActive:
+            raise RuntimeError(f"{what} stopped: {query.exception()}")
+        time.sleep(every)
+    return progress

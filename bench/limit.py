@@ -24,7 +24,7 @@ import os
 import time
 import uuid
 
-from bench.common import create_topic, delete_topics, fill, logger, own_broker
+from bench.common import create_topic, delete_topics, fill, logger, own_broker, wait_for_rows
 from infra.config import load
 
 log = logger("limit")
@@ -67,16 +67,10 @@ def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
                                 max_offsets_per_trigger=s.usage_max_offsets)
                      .select("key", "value", "partition", "offset", "timestamp")
                      .writeStream.format("noop").trigger(processingTime="0 seconds").start())
-            t0 = time.monotonic()
             try:
-                progress = []
-                while time.monotonic() - t0 < timeout:
-                    progress = [p for p in query.recentProgress if p["numInputRows"]]
-                    if sum(p["numInputRows"] for p in progress) >= n:
-                        break
-                    if not query.isActive:
-                        raise SystemExit(f"bench limit: the Spark noop query stopped: {query.exception()}")
-                    time.sleep(0.1)
+                progress = wait_for_rows(query, n, timeout, "bench limit: the Spark noop query")
+            except RuntimeError as exc:
+                raise SystemExit(str(exc)) from None
             finally:
                 query.stop()
             rows = sum(p["numInputRows"] for p in progress)

@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.common import wait_for_rows
 from infra.config import load
 from infra.contracts import GUARANTEES
 
@@ -73,14 +74,7 @@ def measure(job, guarantee: str, n: int, timeout: float, label: str = "") -> flo
     t0 = time.monotonic()
     query = job.start_query(guarantee, from_earliest=True)
     try:
-        progress = []
-        while time.monotonic() - t0 < timeout:
-            progress = [p for p in query.recentProgress if p["numInputRows"]]
-            if sum(p["numInputRows"] for p in progress) >= n:
-                break
-            if not query.isActive:
-                raise RuntimeError(f"{guarantee} query stopped: {query.exception()}")
-            time.sleep(0.2)
+        progress = wait_for_rows(query, n, timeout, f"{guarantee} query", every=0.2)
         wall = time.monotonic() - t0
         sink = counts(job.db).get(guarantee, {}).get("processed", 0)
     finally:
