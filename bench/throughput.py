@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import wait_for_rows
+from bench.common import own_broker, wait_for_rows
 from infra.config import load
 from infra.contracts import GUARANTEES
 
@@ -101,8 +101,6 @@ def main(argv: list[str]) -> dict:
     args = parser.parse_args(argv)
     if args.events < 1 or args.producers < 1:
         raise SystemExit("--events and --producers must be positive.")
-
-    from bench.common import own_broker
 
     base = load()
     with own_broker(base, log):

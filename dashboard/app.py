@@ -2,8 +2,8 @@
 
 The entry point only routes: it declares the pages (one module each under dashboard/views/, not
 pages/: Streamlit serves a pages/ folder by itself too, and a page opened by its URL then came up
-without this navigation), and draws what every page shares, the sidebar status of the broker and the store. The dashboard reads
-what the pipelines write and writes nothing but commands.
+without this navigation), and draws what every page shares, the sidebar status of the broker and
+the store. The dashboard reads what the pipelines write and writes nothing but commands.
 """
 from __future__ import annotations
 

@@ -38,20 +38,22 @@ def check(conn, job: str, epoch: int, what: str = "") -> None:
     The caller's transaction then rolls back, and it records the rejection with
     `record_rejection`, outside the rolled-back transaction.
     """
-    row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
-    current = row[0] if row else 0
+    current = _epoch(conn, job)
     if epoch < current:
         raise FencedError(f"{job}: write with epoch {epoch} rejected, current epoch is {current}"
                           + (f" ({what})" if what else ""))
 
 
-def current_epoch(db: sqlite_utils.Database, job: str) -> int:
-    row = db.conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+def _epoch(conn, job: str) -> int:
+    row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
     return row[0] if row else 0
 
 
+def current_epoch(db: sqlite_utils.Database, job: str) -> int:
+    """The job's newest epoch: an instance holding an older one has been superseded."""
+    return _epoch(db.conn, job)
+
+
 def record_rejection(db: sqlite_utils.Database, job: str, epoch: int, what: str) -> None:
-    conn = db.conn
-    row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
-    conn.execute("INSERT INTO rejected_writes (job, epoch, current_epoch, ts, what) VALUES (?, ?, ?, ?, ?)",
-                 (job, epoch, row[0] if row else 0, now_ms(), what))
+    db.conn.execute("INSERT INTO rejected_writes (job, epoch, current_epoch, ts, what) VALUES (?, ?, ?, ?, ?)",
+                    (job, epoch, _epoch(db.conn, job), now_ms(), what))

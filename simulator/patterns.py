@@ -11,8 +11,9 @@ it can be, for none of the others:
   analyzer needs before it has an opinion.
 - impossible travel (proximity): an ordinary-sized payment in a city at least 3,000 km from home,
   `TRAVEL_MIN_GAP_MS` (10 s) to `TRAVEL_MAX_GAP_MS` (2 min) of event time after the card's last
-  ordinary payment at home: over 90,000 km/h. Never sooner, or the velocity analyzer's 5 s burst
-  window would flag it too and the pattern would not be the proximity analyzer's alone.
+  ordinary payment at home: over 90,000 km/h. Not sooner, or the velocity analyzer's 5 s burst
+  window would flag it too; only in the stream's first 10 s, or above ~400 tx/s, where no home
+  payment that old is remembered, does it follow the newest one.
 - card testing (velocity): a burst of `BURST_SIZE` (10..16) tiny payments (1.00..2.99) at one
   merchant of the home city, each at most `BURST_MAX_GAP_MS` (3 s) after the previous: 10+ in
   under 50 s. A windowed counter can only flag a burst from its 6th or 7th payment on.
