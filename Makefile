@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 TEST_RUN_DIR := $(CURDIR)/.run/test
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup jars browser kafka-up kafka-down test demo bench clean
+.PHONY: setup jars browser kafka-up kafka-down test test-fast demo bench clean
 
 setup: $(VENV)/.installed jars
 
@@ -35,6 +35,10 @@ test: setup browser
 	@rm -rf $(TEST_RUN_DIR)
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.broker down >/dev/null; exit $$rc
+
+# The unit tier alone: no broker, no Spark, no browser (under two minutes).
+test-fast: $(VENV)/.installed
+	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 demo: setup
 	@$(VENV)/bin/honcho start

@@ -231,7 +231,7 @@ class Scenario:
 
     def __init__(self, s, name: str, workdir: Path):
         from infra.topics import ensure_topics
-        from pipelines.store import connect
+        from controlplane.store import connect
 
         self.s = s
         self.topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
@@ -254,7 +254,7 @@ class Scenario:
 
 
 def crash_after_sink(s, workdir: Path) -> dict:
-    from pipelines import commands
+    from controlplane import commands
 
     sc = Scenario(s, "crash-after-sink", workdir)
     try:
@@ -298,7 +298,7 @@ def crash(s, workdir: Path, down_seconds: float = 3.0) -> dict:
 
 
 def sink_down(s, workdir: Path, seconds: float = 4.0) -> dict:
-    from pipelines import commands
+    from controlplane import commands
 
     sc = Scenario(s, "sink-down", workdir)
     prod = None

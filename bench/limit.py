@@ -56,8 +56,8 @@ def consume_rate(bootstrap: str, topic: str, n: int, timeout: float) -> float:
 
 def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
     """Spark Kafka source -> noop sink; rows / summed triggerExecution, after a warm-up pass."""
-    from pipelines.sources import read_kafka
-    from pipelines.spark import get_spark
+    from pipelines.engine.sources import read_kafka
+    from pipelines.engine.session import get_spark
 
     spark = get_spark("cardstream-bench-limit", s)
     try:

@@ -179,7 +179,7 @@ def run_ours(job, topic: str, expect: int, timeout: float, feed=None) -> tuple[d
     """Run the exactly-once query on `topic` from a fresh checkpoint and sink until it counted
     `expect`; (its figures, commits as (applied_at ms, rows, end offsets))."""
     from pipelines.guarantees import counts
-    from pipelines.usage import checkpoint_dir, query_name
+    from pipelines.usage.job import checkpoint_dir, query_name
 
     job.s = dataclasses.replace(job.s, topics=dataclasses.replace(job.s.topics, decisions=topic))
     shutil.rmtree(checkpoint_dir(job.s, query_name(EO)), ignore_errors=True)
@@ -311,8 +311,8 @@ def main(argv: list[str]) -> dict:
 
 
 def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str, args, bootstrap, feeder):
-    from pipelines.spark import get_spark
-    from pipelines.usage import UsageJob
+    from pipelines.engine.session import get_spark
+    from pipelines.usage.job import UsageJob
 
     s = dataclasses.replace(base, store_path=work / "ours.db", checkpoint_root=work / "checkpoints",
                             trigger_seconds=args.commit_seconds)

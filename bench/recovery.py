@@ -20,8 +20,8 @@ from pathlib import Path
 
 from infra import broker
 from infra.config import ROOT, load
-from pipelines import commands
-from pipelines.store import connect
+from controlplane import commands
+from controlplane.store import connect
 
 
 def log(message: str) -> None:

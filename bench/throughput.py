@@ -66,7 +66,7 @@ def fill(s, topic: str, n: int, processes: int) -> float:
 
 def measure(job, guarantee: str, n: int, timeout: float, label: str = "") -> float:
     from pipelines.guarantees import counts
-    from pipelines.usage import checkpoint_dir, query_name
+    from pipelines.usage.job import checkpoint_dir, query_name
 
     shutil.rmtree(checkpoint_dir(job.s, query_name(guarantee)), ignore_errors=True)
     job.db.conn.execute("DELETE FROM usage_counts WHERE guarantee = ?", (guarantee,))
@@ -109,8 +109,8 @@ def main(argv: list[str]) -> dict:
 
 def _run(args, base) -> dict:
     from infra.topics import ensure_topics
-    from pipelines.spark import get_spark
-    from pipelines.usage import UsageJob
+    from pipelines.engine.session import get_spark
+    from pipelines.usage.job import UsageJob
 
     topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
     if not args.topic:

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 
 import pandas as pd
 
-from infra.contracts import ANALYZERS, FAULTS, GUARANTEES
-from pipelines import commands
-from pipelines.store import connect
+from controlplane.faults import FAULTS
+from infra.contracts import ANALYZERS, GUARANTEES
+from controlplane import commands
+from controlplane.store import connect
 
 LATENCY_GOAL_MS = 20
 RECENT_DECISIONS = 5000

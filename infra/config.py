@@ -38,6 +38,10 @@ class Topics:
     labels: str = "labels"
     decisions: str = "decisions"
     dead_letters: str = "transactions-dlq"
+    # one marker per batch written to `decisions` (and the dead letters), in the same Kafka transaction
+    markers: str = "decisions-batches"
+    # the real-time fraud path's decisions (its own guarantee: at most or at least once)
+    decisions_rt: str = "decisions-rt"
     partitions: int = 4
 
 
@@ -50,6 +54,8 @@ class Settings:
     kafka_controller_port: int
     kafka_heap: str
     topics: Topics
+    # Kafka client security, for every client (kafka-python and Spark's); PLAINTEXT by default
+    kafka_security_protocol: str
     # Spark
     spark_master: str
     shuffle_partitions: int
@@ -78,6 +84,10 @@ class Settings:
     restart_backoff_max_seconds: float = 30.0
     audit_interval_seconds: float = 5.0
     jars_dir: Path = field(default=ROOT / "infra" / "jars")
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: str | None = None
+    kafka_ssl_cafile: str | None = None
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -110,8 +120,15 @@ def load(env: dict | None = None) -> Settings:
             labels=env.get("TOPIC_LABELS", "labels"),
             decisions=env.get("TOPIC_DECISIONS", "decisions"),
             dead_letters=env.get("TOPIC_DLQ", "transactions-dlq"),
+            markers=env.get("TOPIC_MARKERS", "decisions-batches"),
+            decisions_rt=env.get("TOPIC_DECISIONS_RT", "decisions-rt"),
             partitions=_int(env, "TOPIC_PARTITIONS", 4),
         ),
+        kafka_security_protocol=env.get("KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT",
+        kafka_sasl_mechanism=env.get("KAFKA_SASL_MECHANISM") or None,
+        kafka_sasl_username=env.get("KAFKA_SASL_USERNAME") or None,
+        kafka_sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
+        kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
         spark_master=env.get("SPARK_MASTER", "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 4),
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),
@@ -136,5 +153,3 @@ def load(env: dict | None = None) -> Settings:
         dashboard_store_timeout_ms=_int(env, "DASHBOARD_STORE_TIMEOUT_MS", 1000),
     )
 
-
-settings = load()

@@ -41,6 +41,3 @@ DECISION_FIELDS: dict[str, type] = {
 }
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
-
-FAULTS = ("crash", "crash-after-sink", "sink-down", "task-failure", "broker-down", "late-burst",
-          "bad-input", "zombie")

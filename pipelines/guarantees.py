@@ -1,17 +1,22 @@
-"""The usage job's sink rules, one per delivery guarantee, as plain functions over the store.
+"""The three delivery guarantees as policy objects, resolved once per query.
 
-Spark aggregates each micro-batch in the JVM (count, sum(is_fraud)); the driver hands the two
-numbers to one of these functions from foreachBatch. What tells the guarantees apart is here:
+A `Guarantee` says everything that tells the guarantees apart, the way Quix Streams resolves its
+processing_guarantee once: whether the checkpoint is kept across restarts, where a fresh query
+starts reading, whether input is deduplicated by txn_id, and what the sink does with a batch
+(`write`) and with a failure (drop it, or fail the batch so Spark replays it). Nothing else in
+the code branches on a guarantee's name.
 
-- at-most-once: one attempt; when the sink rejects the write the batch is dropped (recorded in
-  `usage_dropped_batches`, never retried). Its checkpoint is thrown away at every start.
-- at-least-once: the increment is applied before Spark commits the batch; a failed write raises,
-  so the batch is not committed and is replayed, which after a crash counts it twice.
-- exactly-once: the increment and the batch id land in ONE SQLite transaction; a batch id already
-  in `usage_applied_batches` is skipped, so a replay has no second effect.
+- at-most-once: its checkpoint is thrown away at every start, it starts from the latest offsets,
+  and a failed write drops the batch (recorded in the sink ledger as `dropped`, never retried).
+- at-least-once: durable checkpoint, starts from the earliest offsets; the increment is applied
+  before Spark commits the batch; a failed write fails the batch, which is replayed, and a replay
+  after a crash counts its batch twice.
+- exactly-once: durable checkpoint, input deduplicated by txn_id within the watermark; the
+  increment and the batch's ledger record land in ONE SQLite transaction, and a batch already
+  applied under this checkpoint is skipped, so a replay has no second effect.
 
-Every write transaction checks the job's fencing epoch, so a zombie instance cannot write.
-No Spark import here: these are unit-tested on a real SQLite file alone.
+Every write is fenced (`controlplane.fencing.fenced_write`): a zombie instance cannot write.
+No Spark import here: the sink rules are unit-tested on a real SQLite file alone.
 """
 from __future__ import annotations
 
@@ -20,9 +25,10 @@ from dataclasses import dataclass, field
 
 import sqlite_utils
 
-from pipelines import fencing
-from pipelines.commands import now_ms
-from pipelines.store import transaction
+from controlplane import fencing, ledger
+from controlplane.clock import now_ms
+from controlplane.store import transaction
+from infra.contracts import GUARANTEES
 
 JOB = "usage"
 AT_MOST_ONCE, AT_LEAST_ONCE, EXACTLY_ONCE = "at-most-once", "at-least-once", "exactly-once"
@@ -52,14 +58,6 @@ class SinkGate:
             raise SinkDown(f"the usage sink rejects writes for {self.down_until - self.clock():.1f} s more")
 
 
-@dataclass(frozen=True)
-class BatchResult:
-    """What one micro-batch adds: computed in the JVM, small enough to carry to the driver."""
-    batch_id: int
-    processed: int
-    fraud: int
-
-
 def _increment(conn, guarantee: str, processed: int, fraud: int) -> None:
     conn.execute(
         "INSERT INTO usage_counts (guarantee, processed, fraud, updated_at) VALUES (?, ?, ?, ?) "
@@ -68,72 +66,9 @@ def _increment(conn, guarantee: str, processed: int, fraud: int) -> None:
         (guarantee, processed, fraud, now_ms()))
 
 
-def write_at_most_once(db: sqlite_utils.Database, result: BatchResult, epoch: int,
-                       gate: SinkGate | None = None, reason: str | None = None) -> bool:
-    """Apply the batch once if the sink takes it; otherwise drop it. Returns whether it landed.
-
-    `reason` set means the batch already failed upstream (e.g. a task failure): it is dropped.
-    Fencing errors are not write failures: they propagate, the instance must stop.
-    """
-    try:
-        if reason:
-            raise SinkDown(reason)
-        if gate:
-            gate.check()
-        with transaction(db) as conn:
-            fencing.check(conn, JOB, epoch, f"{AT_MOST_ONCE} batch {result.batch_id}")
-            _increment(conn, AT_MOST_ONCE, result.processed, result.fraud)
-        return True
-    except fencing.FencedError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - at-most-once: any failed write is dropped, by design
-        record_drop(db, AT_MOST_ONCE, result, str(exc))
-        return False
-
-
-def record_drop(db: sqlite_utils.Database, guarantee: str, result: BatchResult, reason: str) -> None:
-    """Lost, but never silently: the dashboard and the audit see what was dropped."""
-    try:
-        db.conn.execute("INSERT INTO usage_dropped_batches (guarantee, batch_id, processed, fraud, reason, ts) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (guarantee, result.batch_id, result.processed, result.fraud, reason[:500], now_ms()))
-    except Exception:  # noqa: BLE001 - the drop itself must not fail the at-most-once batch
-        pass
-
-
-def write_at_least_once(db: sqlite_utils.Database, result: BatchResult, epoch: int,
-                        gate: SinkGate | None = None) -> None:
-    """Apply the increment now, before Spark commits; any failure raises (the batch is replayed)."""
-    if gate:
-        gate.check()
-    with transaction(db) as conn:
-        fencing.check(conn, JOB, epoch, f"{AT_LEAST_ONCE} batch {result.batch_id}")
-        _increment(conn, AT_LEAST_ONCE, result.processed, result.fraud)
-
-
-def write_exactly_once(db: sqlite_utils.Database, result: BatchResult, epoch: int,
-                       gate: SinkGate | None = None) -> bool:
-    """Apply the increment and record the batch id in one transaction; skip a batch already applied.
-
-    Returns False when the batch id was applied before (a replay after a crash).
-    """
-    if gate:
-        gate.check()
-    with transaction(db) as conn:
-        fencing.check(conn, JOB, epoch, f"{EXACTLY_ONCE} batch {result.batch_id}")
-        if conn.execute("SELECT 1 FROM usage_applied_batches WHERE guarantee = ? AND batch_id = ?",
-                        (EXACTLY_ONCE, result.batch_id)).fetchone():
-            return False
-        _increment(conn, EXACTLY_ONCE, result.processed, result.fraud)
-        conn.execute("INSERT INTO usage_applied_batches (guarantee, batch_id, processed, fraud, epoch, applied_at) "
-                     "VALUES (?, ?, ?, ?, ?, ?)",
-                     (EXACTLY_ONCE, result.batch_id, result.processed, result.fraud, epoch, now_ms()))
-    return True
-
-
 def retry_until_written(write, *, stop=lambda: False, sleep=time.sleep, first_delay: float = 0.1,
                         max_delay: float = 2.0):
-    """Retry `write()` with exponential backoff while the sink is down (at-least/exactly-once).
+    """Retry `write()` with exponential backoff while the sink is down.
 
     Spark does not commit the batch while this waits, so a crash during the outage replays it.
     Other errors propagate: the batch fails and the query is restarted from its checkpoint.
@@ -149,6 +84,87 @@ def retry_until_written(write, *, stop=lambda: False, sleep=time.sleep, first_de
             delay = min(max_delay, delay * 2)
 
 
+@dataclass(frozen=True)
+class Guarantee:
+    name: str
+    keeps_checkpoint: bool     # False: the checkpoint is deleted at every start
+    starting_offsets: str      # where a fresh checkpoint starts reading
+    dedupes_input: bool        # dropDuplicatesWithinWatermark by txn_id before counting
+    drops_failed_batches: bool  # True: a failed write or batch is dropped; False: the batch fails
+    skips_applied: bool        # True: a batch id already applied under this checkpoint is skipped
+    sentence: str
+
+    @property
+    def query(self) -> str:
+        return f"{JOB}-{self.name}"
+
+    def write(self, db: sqlite_utils.Database, batch: ledger.Batch, epoch: int,
+              gate: SinkGate | None = None, stop=lambda: False) -> str:
+        """Apply one batch under this guarantee; returns the ledger outcome.
+
+        FencedError always propagates: a superseded instance must stop, not drop or retry.
+        """
+        if not self.drops_failed_batches:
+            return retry_until_written(lambda: self._write_once(db, batch, epoch, gate), stop=stop)
+        try:
+            return self._write_once(db, batch, epoch, gate)
+        except fencing.FencedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - at-most-once: any failed write is dropped, by design
+            self.drop(db, batch, epoch, str(exc))
+            return ledger.DROPPED
+
+    def failed(self, db: sqlite_utils.Database, batch: ledger.Batch, epoch: int, exc: BaseException) -> None:
+        """The batch failed before reaching the sink (a task failure): drop it, or fail it again."""
+        if not self.drops_failed_batches:
+            raise exc
+        self.drop(db, batch, epoch, str(exc))
+
+    def drop(self, db: sqlite_utils.Database, batch: ledger.Batch, epoch: int, reason: str) -> None:
+        """Lost, but never silently: the ledger says which offsets were not counted, and why."""
+        try:
+            with transaction(db) as conn:
+                ledger.record(conn, batch, ledger.DROPPED, epoch, reason)
+        except Exception:  # noqa: BLE001 - recording the drop must not fail the at-most-once batch
+            pass
+
+    def _write_once(self, db, batch: ledger.Batch, epoch: int, gate: SinkGate | None) -> str:
+        if gate:
+            gate.check()
+        with fencing.fenced_write(db, JOB, epoch, f"{self.name} batch {batch.batch_id}") as conn:
+            if self.skips_applied:
+                if not ledger.apply_once(conn, batch, epoch):
+                    return ledger.SKIPPED
+            else:
+                ledger.record(conn, batch, ledger.APPLIED, epoch)
+            _increment(conn, self.name, batch.processed, batch.fraud)
+        return ledger.APPLIED
+
+
+POLICIES: dict[str, Guarantee] = {g.name: g for g in (
+    Guarantee(AT_MOST_ONCE, keeps_checkpoint=False, starting_offsets="latest", dedupes_input=False,
+              drops_failed_batches=True, skips_applied=False,
+              sentence="no checkpoint kept across restarts, restarts from the latest offsets; "
+                       "failed writes are dropped, never retried"),
+    Guarantee(AT_LEAST_ONCE, keeps_checkpoint=True, starting_offsets="earliest", dedupes_input=False,
+              drops_failed_batches=False, skips_applied=False,
+              sentence="durable checkpoint; increments applied before Spark commits the batch, a failure "
+                       "fails the batch and it is replayed"),
+    Guarantee(EXACTLY_ONCE, keeps_checkpoint=True, starting_offsets="earliest", dedupes_input=True,
+              drops_failed_batches=False, skips_applied=True,
+              sentence="durable checkpoint; results and batch id in one SQLite transaction, a batch "
+                       "already applied is skipped; input deduplicated by txn_id within the watermark"),
+)}
+assert tuple(POLICIES) == GUARANTEES, "one policy per guarantee of the contract"
+
+
+def policy(name: str) -> Guarantee:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"There is no guarantee {name!r}; choose from {', '.join(GUARANTEES)}.") from None
+
+
 def counts(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
     """{guarantee: {"processed": n, "fraud": m}} as the sinks hold them now."""
     return {r["guarantee"]: {"processed": r["processed"] or 0, "fraud": r["fraud"] or 0}
@@ -157,9 +173,6 @@ def counts(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
 
 def dropped(db: sqlite_utils.Database, guarantee: str = AT_MOST_ONCE) -> dict[str, int]:
     row = db.execute("SELECT COUNT(*), COALESCE(SUM(processed), 0), COALESCE(SUM(fraud), 0) "
-                     "FROM usage_dropped_batches WHERE guarantee = ?", [guarantee]).fetchone()
+                     "FROM sink_batches WHERE sink = ? AND outcome = ?",
+                     [policy(guarantee).query, ledger.DROPPED]).fetchone()
     return {"batches": row[0], "processed": row[1], "fraud": row[2]}
-
-
-WRITERS = {AT_MOST_ONCE: write_at_most_once, AT_LEAST_ONCE: write_at_least_once,
-           EXACTLY_ONCE: write_exactly_once}

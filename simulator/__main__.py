@@ -83,8 +83,10 @@ def parser(settings) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from infra import logs
     from simulator.producer import ProducerError
 
+    logs.setup()
     try:
         return _main(argv)
     except ProducerError as exc:
@@ -122,7 +124,7 @@ def _main(argv: list[str] | None) -> int:
         _ensure_topics(settings, args)
         control = None
         if not args.no_control:
-            from pipelines.store import connect
+            from controlplane.store import connect
             from simulator.control import Control
 
             control = Control(connect(s=settings))

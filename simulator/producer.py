@@ -16,6 +16,7 @@ of the pinned kafka-python release; on any other release the producer falls back
 """
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 import threading
@@ -29,6 +30,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
+from infra import kafka_client
 from simulator.partitioner import partitions_for
 
 # The kafka-python releases whose accumulator internals the bulk path was written against.
@@ -92,7 +94,7 @@ class Producer:
                                 f"or point KAFKA_BOOTSTRAP at a running one.")
         try:
             self.kp = KafkaProducer(
-                bootstrap_servers=bootstrap, client_id=client_id,
+                **{**kafka_client.client_config(), "bootstrap_servers": bootstrap.split(",")}, client_id=client_id,
                 enable_idempotence=True, acks="all", retries=2**31 - 1,
                 max_in_flight_requests_per_connection=5, delivery_timeout_ms=120_000,
                 request_timeout_ms=30_000, linger_ms=linger_ms, batch_size=batch_bytes,
@@ -216,8 +218,9 @@ class Producer:
               and all(hasattr(acc, a) for a in ("_batches", "_tp_lock", "_incomplete", "_appends_in_progress"))
               and hasattr(self.kp, "_sender"))
         if not ok:
-            print(f"simulator: kafka-python {kafka.__version__} is not one the bulk path was tested with; "
-                  f"using the slower per-record send().", file=sys.stderr)
+            logging.getLogger("simulator").warning(
+                "kafka-python %s is not one the bulk path was tested with; using the slower per-record send().",
+                kafka.__version__)
         return ok
 
     def _new_batch(self, tp: TopicPartition, stats: TopicStats, now: float):

@@ -11,6 +11,7 @@ broker's acknowledgements, are the last line on stdout.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import time
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 
 from simulator.producer import Producer
 from simulator.stream import Stream
+
+log = logging.getLogger("simulator")
 
 SEND_BATCH = 512          # events per append when unthrottled: keeps produced_at within ~1-2 ms
 CONTROL_EVERY_S = 0.5
@@ -122,8 +125,8 @@ class Simulator:
         last[:] = [now, tx.sent]
         target = "as fast as possible" if self.rate is None else f"target {self.rate:,.0f}/s"
         state = ", paused" if self.paused else ""
-        print(f"simulator: {rate:,.0f} tx/s ({target}{state}), sent {tx.sent:,}, failed {tx.failed:,}, "
-              f"labels sent {labels.sent:,}, {now - started:,.0f} s", file=self.err, flush=True)
+        log.info("%s tx/s (%s%s), sent %s, failed %s, labels sent %s, %s s", f"{rate:,.0f}", target, state,
+                 f"{tx.sent:,}", f"{tx.failed:,}", f"{labels.sent:,}", f"{now - started:,.0f}")
 
     def run(self) -> Totals:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -180,6 +183,6 @@ class Simulator:
         deadline = time.monotonic() + FLUSH_TIMEOUT_S
         while self.producer.outstanding and time.monotonic() < deadline:
             if self._signals > max(signals, 1):
-                print("simulator: stopped waiting for the broker's acknowledgements.", file=self.err)
+                log.warning("stopped waiting for the broker's acknowledgements.")
                 return
             self.producer.flush(timeout=0.5)

@@ -1,5 +1,10 @@
 """Shared fixtures: one real Kafka broker and one SparkSession for the whole test session.
 
+Tests live in tiers, one folder each, run fastest first: unit (plain Python and SQLite), spark
+(local[2], static input), kafka (the real broker), e2e (real job processes, real crashes),
+browser (Chromium). Each test is marked with its folder's tier (`pytest -m unit` is
+`make test-fast`); a unit test that asks for the broker or Spark fails, saying so.
+
 Tests get their own run folder and ports (unless the environment says otherwise), so a running
 demo is never touched, and unique topic names, so tests never read each other's data.
 """
@@ -25,6 +30,29 @@ from infra import broker  # noqa: E402
 from infra.config import load  # noqa: E402
 
 
+TIERS = ("unit", "spark", "kafka", "e2e", "browser")
+HEAVY_FIXTURES = {"kafka": "the Kafka broker", "spark": "a SparkSession", "topic": "the Kafka broker"}
+
+
+def _tier(item) -> str:
+    parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+    return parts[0] if parts and parts[0] in TIERS else "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier and run the tiers fastest first (stable within a tier)."""
+    for item in items:
+        item.add_marker(getattr(pytest.mark, _tier(item)))
+    items.sort(key=lambda item: TIERS.index(_tier(item)))
+
+
+def pytest_runtest_setup(item):
+    if _tier(item) == "unit":
+        heavy = [HEAVY_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in HEAVY_FIXTURES]
+        if heavy:
+            pytest.fail(f"{item.nodeid} is a unit test but needs {heavy[0]}: move it to the tier that has it.")
+
+
 @pytest.fixture(scope="session")
 def settings():
     return load()
@@ -42,7 +70,7 @@ def kafka(settings):
 
 @pytest.fixture(scope="session")
 def spark(settings):
-    from pipelines.spark import get_spark
+    from pipelines.engine.session import get_spark
 
     session = get_spark("cardstream-tests", settings)
     yield session
@@ -64,7 +92,7 @@ def topic(kafka, settings):
 
 @pytest.fixture
 def store(tmp_path):
-    from pipelines.store import connect
+    from controlplane.store import connect
 
     db = connect(tmp_path / "cardstream.db")
     yield db

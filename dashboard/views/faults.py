@@ -2,7 +2,7 @@
 import streamlit as st
 
 from dashboard import charts, data, ui
-from infra.contracts import FAULTS
+from controlplane.faults import FAULTS
 
 st.title("Faults")
 st.caption("Each button adds a command to the store; the supervisor carries it out once and records "

@@ -1,0 +1,71 @@
+"""Split-brain protection after Hazelcast Jet: a lease with a fencing epoch per job.
+
+An instance takes the lease when it starts, which raises the job's epoch; every sink write carries
+the writer's epoch and is checked inside the same SQLite transaction as the write. A stale instance
+(a zombie still running after a newer one started) holds an older epoch, so its writes are
+rejected and counted instead of applied.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from contextlib import contextmanager
+
+import sqlite_utils
+
+from controlplane.clock import now_ms
+from controlplane.store import transaction
+
+
+class FencedError(RuntimeError):
+    """This instance's epoch is older than the job's current one: it must not write."""
+
+
+def take_lease(db: sqlite_utils.Database, job: str) -> int:
+    """Raise the job's epoch and return it: from now on, only this instance may write."""
+    holder = f"{socket.gethostname()}:{os.getpid()}"
+    with transaction(db) as conn:
+        row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+        epoch = (row[0] if row else 0) + 1
+        conn.execute("INSERT INTO leases (job, epoch, holder, taken_at) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT(job) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, "
+                     "taken_at = excluded.taken_at", (job, epoch, holder, now_ms()))
+    return epoch
+
+
+def check(conn, job: str, epoch: int, what: str = "") -> None:
+    """Call inside the sink's write transaction (`store.transaction`): raise FencedError when stale.
+
+    The caller's transaction then rolls back, and it records the rejection with
+    `record_rejection`, outside the rolled-back transaction.
+    """
+    current = _epoch(conn, job)
+    if epoch < current:
+        raise FencedError(f"{job}: write with epoch {epoch} rejected, current epoch is {current}"
+                          + (f" ({what})" if what else ""))
+
+
+def _epoch(conn, job: str) -> int:
+    row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
+    return row[0] if row else 0
+
+
+def current_epoch(db: sqlite_utils.Database, job: str) -> int:
+    """The job's newest epoch: an instance holding an older one has been superseded."""
+    return _epoch(db.conn, job)
+
+
+def record_rejection(db: sqlite_utils.Database, job: str, epoch: int, what: str) -> None:
+    db.conn.execute("INSERT INTO rejected_writes (job, epoch, current_epoch, ts, what) VALUES (?, ?, ?, ?, ?)",
+                    (job, epoch, _epoch(db.conn, job), now_ms(), what))
+
+
+@contextmanager
+def fenced_write(db: sqlite_utils.Database, job: str, epoch: int, what: str):
+    """One write transaction that first checks the writer's epoch: every store sink writes so.
+
+    Raises FencedError (and rolls back) when a newer instance holds the lease.
+    """
+    with transaction(db) as conn:
+        check(conn, job, epoch, what)
+        yield conn

@@ -1,0 +1,170 @@
+"""The SQLite store (WAL mode, through sqlite-utils): the one owner of every table definition.
+
+Spark jobs write here from their driver; the dashboard, the supervisor and the audit read here.
+Writers keep their transactions short, and every connection waits (busy timeout) rather than
+failing when another process holds the write lock.
+"""
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from infra.config import Settings, load
+
+BUSY_TIMEOUT_MS = 10_000
+
+# table -> (columns, primary key). Column types are SQLite affinities.
+TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
+    # one row per transaction, upserted by txn_id (the fraud job's idempotent sink)
+    "decisions": ({
+        "txn_id": str, "card_id": str, "merchant_id": str, "amount_cents": int, "event_time": int,
+        "produced_at": int, "decided_at": int, "score_avg_ticket": float, "score_proximity": float,
+        "score_velocity": float, "score": float, "is_fraud": int, "is_late": int, "batch_id": int,
+    }, "txn_id"),
+    # usage counts per guarantee: one row each, increments applied by the sinks
+    "usage_counts": ({"guarantee": str, "processed": int, "fraud": int, "updated_at": int}, "guarantee"),
+    # the sink ledger: every batch a store sink was handed, and what it did with it, in the same
+    # SQLite transaction as its effect. `checkpoint_id` is the Spark checkpoint's query id (its
+    # `metadata` file): a batch id means something only within one checkpoint. outcome: applied,
+    # skipped (exactly-once: this batch id was applied before, a replay), dropped (at-most-once:
+    # the write failed and is never retried). Offsets are the batch's Kafka range from Spark's
+    # offset log, so the auditor can tell which input records each application covered.
+    "sink_batches": ({"id": int, "sink": str, "checkpoint_id": str, "batch_id": int, "outcome": str,
+                      "processed": int, "fraud": int, "start_offsets": str, "end_offsets": str,
+                      "reason": str, "epoch": int, "ts": int}, "id"),
+    # every micro-batch of every query, from StreamingQueryListener
+    "batch_progress": ({
+        "query": str, "batch_id": int, "ts": int, "num_input_rows": int, "input_rows_per_s": float,
+        "processed_rows_per_s": float, "duration_ms": int, "trigger_ms": int, "commit_ms": int,
+        "state_rows": int, "state_memory_bytes": int, "state_disk_bytes": int, "state_rows_dropped_late": int,
+        "watermark": str, "start_offsets": str, "end_offsets": str, "checkpoint": str,
+    }, ("query", "batch_id", "ts")),
+    # commands to the supervisor / simulator, and their life
+    "commands": ({
+        "id": int, "kind": str, "job": str, "params": str, "status": str, "issued_at": int,
+        "started_at": int, "done_at": int, "result": str,
+    }, "id"),
+    # what the supervisor knows of each job
+    "job_status": ({"job": str, "status": str, "pid": int, "restarts": int, "last_batch": int,
+                    "started_at": int, "updated_at": int, "detail": str}, "job"),
+    # split-brain protection: the current fencing epoch per job
+    "leases": ({"job": str, "epoch": int, "holder": str, "taken_at": int}, "job"),
+    "rejected_writes": ({"id": int, "job": str, "epoch": int, "current_epoch": int, "ts": int,
+                         "what": str}, "id"),
+    # truth vs observed over time, from the live auditor
+    # (a consistent cut: truth and observed both up to the offsets the query has committed; lag
+    # is what the input holds beyond them; duplicates split into the query's own replays and
+    # ids that came twice in its input)
+    "audit": ({"ts": int, "job": str, "guarantee": str, "metric": str, "truth": int, "observed": int,
+               "lost": int, "duplicated": int, "replayed": int, "upstream": int, "lag_records": int,
+               "lag_seconds": float, "committed_offsets": str, "sink_total": int,
+               "checkpoint_id": str, "committed_batch": int}, ("ts", "job", "guarantee", "metric")),
+    # dead letters seen by the fraud job, counted by reason
+    "dead_letters": ({"reason": str, "count": int, "updated_at": int}, "reason"),
+    # recovery time per injected fault
+    "recoveries": ({"id": int, "job": str, "fault": str, "killed_at": int, "recovered_at": int,
+                    "seconds": float}, "id"),
+    # event-time windows of the usage job
+    "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
+                 "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),
+    "late_events": ({"kind": str, "window_start": int, "count": int}, ("kind", "window_start")),
+    # the fraud job's latest profile per card (its stateful path writes it in real-time mode)
+    "card_profiles": ({"card_id": str, "count": int, "mean": float, "lat": float, "lon": float,
+                       "place_time": int, "times": str, "updated_at": int}, "card_id"),
+    # where each usage query first started reading (at-most-once's truth starts there)
+    "usage_starts": ({"guarantee": str, "topic": str, "offsets": str, "started_at": int},
+                     ("guarantee", "topic")),
+    # the event-time watermark of the windows query, advanced in the same transaction as its results
+    "usage_watermarks": ({"name": str, "max_event_time": int, "watermark": int, "updated_at": int},
+                         "name"),
+}
+
+
+def connect(path: Path | str | None = None, s: Settings | None = None,
+            busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite_utils.Database:
+    """Open the store (creating it and its tables on first use) in WAL mode with a busy timeout.
+
+    Readers that must stay responsive (the dashboard) pass a shorter `busy_timeout_ms`.
+    """
+    path = Path(path) if path else (s or load()).store_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
+                           check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+    db = sqlite_utils.Database(conn)
+    if db.journal_mode != "wal":
+        db.enable_wal()
+    conn.execute("PRAGMA synchronous = NORMAL")
+    ensure_schema(db)
+    return db
+
+
+INDEXES = [("decisions", ["decided_at"]), ("decisions", ["is_fraud", "decided_at"]),
+           ("decisions", ["batch_id"]), ("commands", ["status", "id"]),
+           ("sink_batches", ["sink", "checkpoint_id", "batch_id"]),
+           # the dashboard's bounded reads (recent batches, audit series, windows)
+           ("batch_progress", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"])]
+
+# Changes the declarative TABLES cannot express (drops, renames); applied once per store, in order.
+MIGRATIONS = Migrations("cardstream")
+
+
+@MIGRATIONS(name="0001_drop_unused_tables")
+def _drop_unused(db: sqlite_utils.Database) -> None:
+    """transactions_raw was never written by the product; the two per-guarantee batch tables
+    became the one sink ledger `sink_batches` (their rows carried no checkpoint id, so they
+    cannot be carried over: a store that old is a fresh start, like its checkpoints)."""
+    for name in ("transactions_raw", "usage_applied_batches", "usage_dropped_batches"):
+        db[name].drop(ignore=True)
+
+
+def _missing(db: sqlite_utils.Database) -> bool:
+    existing = set(db.table_names())
+    return any(name not in existing or not set(columns) <= set(db[name].columns_dict)
+               for name, (columns, _) in TABLES.items())
+
+
+def ensure_schema(db: sqlite_utils.Database) -> None:
+    """Bring the store to this version's schema, in one write transaction.
+
+    Tables and columns are declarative (created when missing; an older store gets the columns it
+    lacks); drops and renames are `MIGRATIONS`, sqlite-utils' migration sets. Jobs, the
+    supervisor, the dashboard and tests open the store at the same moment on a fresh run; one
+    BEGIN IMMEDIATE makes them take turns (busy timeout) instead of racing table by table.
+    """
+    if not _missing(db) and not MIGRATIONS.pending(db):
+        return
+    with transaction(db):
+        MIGRATIONS.apply(db)
+        existing = set(db.table_names())
+        for name, (columns, pk) in TABLES.items():
+            if name not in existing:
+                db[name].create(columns, pk=pk, if_not_exists=True)
+            else:
+                have = set(db[name].columns_dict)
+                for col, kind in columns.items():
+                    if col not in have:
+                        db[name].add_column(col, kind)
+        for table, columns in INDEXES:
+            db[table].create_index(columns, if_not_exists=True)
+
+
+@contextmanager
+def transaction(db: sqlite_utils.Database):
+    """One write transaction (BEGIN IMMEDIATE … COMMIT), rolled back on any error.
+
+    The connection runs in autocommit mode, so statements outside this block commit one by one;
+    inside it they land together or not at all, which is what the exactly-once sink relies on.
+    """
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

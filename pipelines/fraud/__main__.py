@@ -1,0 +1,5 @@
+import sys
+
+from pipelines.fraud.job import main
+
+sys.exit(main())

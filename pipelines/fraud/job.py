@@ -1,0 +1,227 @@
+"""The fraud detection job: one decision per transaction, to the store and to Kafka.
+
+    python -m pipelines.fraud [--mode microbatch|realtime] [--starting-offsets earliest|latest]
+                              [--available-now] [--trigger-seconds S] [--checkpoint DIR] ...
+
+Micro-batch (default): transactions -> parse (JVM) -> malformed ones to the dead-letter topic ->
+valid ones keyed by card bucket through `transformWithStateInPandas` (`pipelines.fraud.processor`:
+the analyzers over each card's transactions in event order, the profiles of a bucket's cards in
+Spark's RocksDB state, checkpointed) -> the aggregator as SQL expressions -> the store's
+`decisions` table and the Kafka `decisions` topic, both exactly once (`pipelines.fraud.sinks`).
+
+Real-time (`--mode realtime`): Spark's real-time trigger only runs stateless, JVM-only plans, so
+`pipelines.fraud.realtime` scores each transaction in SQL against a snapshot of the card profiles
+that the stateful path keeps in the store, and writes its decision to `decisions-rt`; the
+stateful path keeps deciding into the store and `decisions`.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from controlplane import fencing, ledger
+from controlplane.store import connect
+from infra import logs
+from infra.config import Settings, load
+from pipelines.engine import checkpoints
+from pipelines.engine.runner import QueryRunner
+from pipelines.fraud.processor import make_processor
+from pipelines.fraud.sinks import Sinks
+from pipelines.fraud.state import SCORED_DDL
+from pipelines.hooks import Faults
+
+JOB = "fraud"
+EXIT_REFUSED = 2
+REALTIME_STATEFUL_TRIGGER_S = 5.0
+REALTIME_STATEFUL_MAX_OFFSETS = 500
+log = logging.getLogger(JOB)
+
+
+@dataclass(frozen=True)
+class Options:
+    mode: str
+    starting_offsets: str
+    available_now: bool
+    trigger_seconds: float
+    max_offsets_per_trigger: int | None
+    transactions_topic: str
+    decisions_topic: str
+    dlq_topic: str
+    checkpoint: Path
+    store_path: Path
+    threshold: float
+    profile_refresh_seconds: float = 300.0
+    markers_topic: str = "decisions-batches"
+    realtime_topic: str = "decisions-rt"
+
+
+def parse_args(argv: list[str], s: Settings) -> Options:
+    p = argparse.ArgumentParser(prog="python -m pipelines.fraud", description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("microbatch", "realtime"), default="microbatch")
+    p.add_argument("--starting-offsets", default="earliest",
+                   help="where a fresh checkpoint starts reading: earliest, latest or Kafka's JSON offsets")
+    p.add_argument("--available-now", action="store_true",
+                   help="process what the topic holds now, then stop (micro-batch only)")
+    p.add_argument("--trigger-seconds", type=float, default=s.trigger_seconds)
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--transactions-topic", default=s.topics.transactions)
+    p.add_argument("--decisions-topic", default=s.topics.decisions)
+    p.add_argument("--dlq-topic", default=s.topics.dead_letters)
+    p.add_argument("--markers-topic", default=s.topics.markers,
+                   help="where each batch's marker is committed with its decisions (exactly once)")
+    p.add_argument("--realtime-topic", default=s.topics.decisions_rt)
+    p.add_argument("--checkpoint", type=Path, default=s.checkpoint_root / JOB,
+                   help="this job's checkpoint folder (one sub-folder per query)")
+    p.add_argument("--store", type=Path, default=s.store_path)
+    p.add_argument("--threshold", type=float, default=s.fraud_threshold)
+    p.add_argument("--profile-refresh-seconds", type=float, default=300.0,
+                   help="real-time mode: how often the scoring query takes a fresh profile snapshot (0: never)")
+    a = p.parse_args(argv)
+    if a.trigger_seconds < 0:
+        p.error("--trigger-seconds must be zero or more")
+    if a.max_offsets_per_trigger is not None and a.max_offsets_per_trigger <= 0:
+        p.error("--max-offsets-per-trigger must be a positive number")
+    if not 0.0 < a.threshold <= 1.0:
+        p.error(f"--threshold must be in (0, 1], not {a.threshold}")
+    if a.available_now and a.mode == "realtime":
+        p.error("--available-now works in micro-batch mode only")
+    return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
+                   a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
+                   a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.profile_refresh_seconds,
+                   a.markers_topic, a.realtime_topic)
+
+
+def build_scored(spark, o: Options, s: Settings):
+    """Kafka -> (valid transactions scored per card, malformed records) as two streaming frames."""
+    from pyspark.sql import functions as F
+
+    from pipelines.engine.sources import parse_transactions, read_kafka
+
+    parsed = parse_transactions(read_kafka(spark, o.transactions_topic, s,
+                                           starting_offsets=o.starting_offsets,
+                                           max_offsets_per_trigger=o.max_offsets_per_trigger))
+    bad = parsed.where(F.col("dlq_reason").isNotNull())
+    valid = (parsed.where(F.col("dlq_reason").isNull())
+             .withColumn("event_ts", F.timestamp_millis("event_time"))
+             .withWatermark("event_ts", f"{s.watermark_seconds} seconds")
+             .select("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
+                     "produced_at", "offset"))
+    scored = (valid.withColumn("bucket", F.pmod(F.xxhash64("card_id"), F.lit(s.fraud_state_buckets)))
+              .groupBy("bucket")
+              .transformWithStateInPandas(make_processor(s.state_ttl_minutes * 60_000),
+                                          outputStructType=SCORED_DDL, outputMode="Append",
+                                          timeMode="ProcessingTime"))
+    return scored, bad
+
+
+def starters(spark, o: Options, s: Settings, sinks: Sinks) -> dict:
+    """{query name: start(restart)} for the decisions query and the dead-letter query."""
+    def trigger(writer, seconds):
+        if o.available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=f"{int(seconds * 1000)} milliseconds")
+
+    def decisions(restart=False):
+        scored, _ = build_scored(spark, o, s)
+        return trigger(scored.writeStream.queryName(JOB)
+                       .option("checkpointLocation", str(o.checkpoint / "decisions"))
+                       .foreachBatch(sinks.decisions), o.trigger_seconds).start()
+
+    def dead_letters(restart=False):
+        _, bad = build_scored(spark, o, s)
+        return trigger(bad.writeStream.queryName(f"{JOB}-dlq")
+                       .option("checkpointLocation", str(o.checkpoint / "dlq"))
+                       .foreachBatch(sinks.dead_letters), max(o.trigger_seconds, 1.0)).start()
+
+    return {JOB: decisions, f"{JOB}-dlq": dead_letters}
+
+
+def wait_for_listener(queries, db, timeout_s: float = 10.0) -> None:
+    """Let the progress listener record each query's last batch before the process ends."""
+    deadline = time.monotonic() + timeout_s
+    for q in queries:
+        last = getattr(q, "lastProgress", None)
+        if not last:
+            continue
+        while time.monotonic() < deadline:
+            row = db.conn.execute("SELECT max(batch_id) FROM batch_progress WHERE query = ?",
+                                  (q.name,)).fetchone()
+            if row[0] is not None and row[0] >= last["batchId"]:
+                break
+            time.sleep(0.1)
+
+
+def check_bound(db, o: Options) -> None:
+    """Exit 2 with one sentence when the store holds decisions of another checkpoint."""
+    for sink, folder in ((JOB, "decisions"), (f"{JOB}-dlq", "dlq")):
+        try:
+            ledger.check_bound(db, sink, checkpoints.query_id(o.checkpoint / folder),
+                               "run `make clean` to clear the store and the checkpoints together")
+        except ledger.ForeignCheckpoint as exc:
+            log.error("%s", exc)
+            sys.exit(EXIT_REFUSED)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logs.setup()
+    s = load()
+    o = parse_args(sys.argv[1:] if argv is None else argv, s)
+    from infra.topics import ensure_topics
+    from pipelines.engine import metrics
+    from pipelines.engine.session import get_spark
+
+    try:
+        ensure_topics([o.transactions_topic, o.decisions_topic, o.dlq_topic, o.markers_topic,
+                       o.realtime_topic], s=s)
+    except Exception as exc:  # kafka-python's NoBrokersAvailable and friends
+        log.error("cannot reach Kafka at %s: %s", s.kafka_bootstrap, exc)
+        return 2
+    db = connect(o.store_path)
+    check_bound(db, o)
+    epoch = fencing.take_lease(db, JOB)
+    spark = get_spark("cardstream-fraud", s)
+    # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
+    # availableNow run would never end); idle cards still expire on the card's next batch.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    o.checkpoint.mkdir(parents=True, exist_ok=True)
+    faults = Faults(o.store_path, [JOB], job=JOB)
+    sinks = Sinks(o, s, epoch, faults)
+    metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
+                                          f"{JOB}-dlq": str(o.checkpoint / "dlq"),
+                                          f"{JOB}-rt": str(o.checkpoint / "realtime")})
+    if o.mode == "realtime":
+        # The real-time query needs the CPU; the stateful path only keeps profiles (and the store)
+        # and is throttled so it cannot starve it: a slower trigger, a bounded batch.
+        o = replace(o, trigger_seconds=max(o.trigger_seconds, REALTIME_STATEFUL_TRIGGER_S),
+                    max_offsets_per_trigger=o.max_offsets_per_trigger or REALTIME_STATEFUL_MAX_OFFSETS)
+    stop = threading.Event()
+    start = starters(spark, o, s, sinks)
+    if o.mode == "realtime":
+        from pipelines.fraud import realtime
+
+        start[realtime.QUERY] = lambda restart=False: realtime.Refreshing(spark, o, s)
+    runner = QueryRunner(JOB, db, epoch, start, stop,
+                         finished=lambda qs: o.available_now and all(
+                             not q.isActive and q.exception() is None for q in qs))
+    runner.start()
+    faults.start()
+    log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s", o.mode, epoch, o.transactions_topic,
+             o.decisions_topic, o.store_path, o.checkpoint)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        code = runner.watch()
+    finally:
+        stop.set()
+        faults.stop()
+        runner.stop()
+        sinks.close()
+        wait_for_listener(list(runner.queries.values()), sinks.db)
+        log.info("stopped; decided %s (%s fraud, %s late) in this run.", sinks.decided, sinks.fraud, sinks.late)
+    return code

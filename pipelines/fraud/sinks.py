@@ -1,0 +1,273 @@
+"""The fraud job's sinks (driver side): the store, the `decisions` topic and the dead-letter topic.
+
+- store `decisions`: fenced, idempotent by txn_id, and recorded in the sink ledger with the
+  batch's Kafka range (what the auditor's consistent cut reads).
+- Kafka `decisions`: exactly once. One Kafka transaction per batch holds the batch's decisions and
+  a marker of (checkpoint id, batch id) in the markers topic; a replayed batch whose marker is
+  already committed is skipped. The transactional id is the job's, so a new instance's
+  `init_transactions` fences an older one at the broker (a zombie's commit fails) and aborts what
+  it left open. A failed send or commit aborts the transaction and fails the batch: Spark
+  replays it, nothing is dropped silently. Readers use read_committed.
+- Kafka `transactions-dlq`: the same discipline, its own transactional id and markers.
+
+Order per batch: store first (its fencing check stops a zombie before it touches Kafka), then
+Kafka, then the `crash-after-sink` hook, then Spark commits.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import replace
+
+from controlplane import fencing, ledger
+from controlplane.clock import now_ms
+from controlplane.store import connect
+from infra import kafka_client
+from infra.config import Settings
+from infra.contracts import DECISION_FIELDS
+from pipelines.engine import checkpoints
+from pipelines.hooks import Faults
+
+JOB = "fraud"
+EXIT_FENCED = 3
+# A dead letter carries at most this much of the raw payload (a 1 MiB message must not make the
+# dead-letter record itself too large for the broker); `raw_bytes` says how long it was.
+DLQ_RAW_LIMIT = 16_384
+MARKERS_SCAN = 500  # how far back from the end the markers topic is read for the last batch
+
+log = logging.getLogger(JOB)
+
+DECISION_COLUMNS = list(DECISION_FIELDS) + ["batch_id"]
+_INSERT = (f"INSERT INTO decisions ({', '.join(DECISION_COLUMNS)}) VALUES "
+           f"({', '.join('?' for _ in DECISION_COLUMNS)}) ON CONFLICT(txn_id) DO NOTHING")
+
+
+def decision_records(rows: list[dict], decided_at: int, batch_id: int) -> list[dict]:
+    """Scored rows (with score/is_fraud) -> Decision dicts as the contract says (pure)."""
+    out = []
+    for r in rows:
+        d = {name: r.get(name) for name in DECISION_FIELDS}
+        d["decided_at"] = decided_at
+        d["is_fraud"], d["is_late"] = bool(d["is_fraud"]), bool(d["is_late"])
+        d["batch_id"] = batch_id
+        out.append(d)
+    return out
+
+
+def dead_letter(row: dict, topic: str, ts: int) -> dict:
+    """One dead-letter record: the reason, where it came from, and the payload (bounded, pure)."""
+    raw = row["raw"] if row["raw"] is not None else ""
+    size = len(raw.encode("utf-8", "replace"))
+    return {"reason": row["dlq_reason"], "raw": raw[:DLQ_RAW_LIMIT] if size > DLQ_RAW_LIMIT else raw,
+            "raw_bytes": size, "raw_truncated": size > DLQ_RAW_LIMIT, "partition": row["partition"],
+            "offset": row["offset"], "topic": topic, "ts": ts}
+
+
+class Fenced(RuntimeError):
+    """The broker or the store says a newer instance owns the job."""
+
+
+class TransactionalTopic:
+    """Writes each batch's records to a topic exactly once, in one Kafka transaction with a marker.
+
+    The marker (key: `<stream>:<checkpoint id>`, value: batch id and record count) goes to the
+    markers topic in the same transaction, so "this batch is in the topic" and "its marker is
+    committed" are one fact. `last_committed` is read back from the markers at start.
+    """
+
+    def __init__(self, s: Settings, stream: str, topic: str, markers_topic: str, checkpoint_id: str,
+                 **producer_config):
+        self.s, self.stream, self.topic, self.markers = s, stream, topic, markers_topic
+        self.checkpoint_id = checkpoint_id
+        self.config = {"transactional_id": f"cardstream-{stream}-{topic}", "acks": "all", "linger_ms": 5,
+                       "max_request_size": 4 * 1024 * 1024, **producer_config}
+        self.producer = None
+        self.last_committed: int | None = None
+
+    @property
+    def marker_key(self) -> bytes:
+        return f"{self.stream}:{self.checkpoint_id}".encode()
+
+    def _ready(self):
+        if self.producer is None:
+            producer = kafka_client.producer(self.s, **self.config)
+            try:
+                producer.init_transactions()  # fences older instances, aborts what they left open
+                self.last_committed = self._last_marker()
+            except Exception:
+                producer.close(timeout=1)
+                raise
+            self.producer = producer
+        return self.producer
+
+    def _last_marker(self) -> int | None:
+        """The newest batch id committed for this checkpoint (read_committed, from the tail)."""
+        from kafka import TopicPartition
+
+        c = kafka_client.consumer(self.s, isolation_level="read_committed", group_id=None)
+        try:
+            best = None
+            parts = [TopicPartition(self.markers, p) for p in kafka_client.partitions(c, self.markers)]
+            if not parts:
+                return None
+            ends = c.end_offsets(parts)
+            starts = c.beginning_offsets(parts)
+            c.assign(parts)
+            for tp in parts:
+                c.seek(tp, max(starts[tp], ends[tp] - MARKERS_SCAN))
+            deadline = time.monotonic() + 15
+            while any(c.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
+                for records in c.poll(timeout_ms=500).values():
+                    for r in records:
+                        if r.key == self.marker_key:
+                            best = max(best if best is not None else -1, json.loads(r.value)["batch_id"])
+            if any(c.position(tp) < ends[tp] for tp in parts):
+                raise RuntimeError(f"could not read the markers topic {self.markers} to its end")
+            return best
+        finally:
+            c.close()
+
+    def write(self, batch_id: int, records: list[tuple[bytes | None, bytes]]) -> bool:
+        """Send the batch in one transaction; False when its marker was already committed."""
+        from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+        producer = self._ready()
+        if self.last_committed is not None and batch_id <= self.last_committed:
+            return False
+        try:
+            producer.begin_transaction()
+            futures = [producer.send(self.topic, key=k, value=v) for k, v in records]
+            marker = {"stream": self.stream, "checkpoint_id": self.checkpoint_id, "batch_id": batch_id,
+                      "records": len(records), "ts": now_ms()}
+            futures.append(producer.send(self.markers, key=self.marker_key, value=json.dumps(marker).encode()))
+            producer.flush()
+            for f in futures:
+                f.get(timeout=0)  # the send's own error, if it failed
+            producer.commit_transaction()
+        except (ProducerFencedError, InvalidProducerEpochError) as exc:
+            self._discard()
+            raise Fenced(f"{self.stream}: the broker fenced this producer: {exc}") from exc
+        except Exception:
+            self._discard(abort=True)
+            raise
+        self.last_committed = batch_id
+        return True
+
+    def _discard(self, abort: bool = False) -> None:
+        """Drop the producer after a failure; the next write starts a fresh one (and re-reads the
+        markers, in case the transaction did commit before the error reached us)."""
+        producer, self.producer = self.producer, None
+        if producer is None:
+            return
+        try:
+            if abort:
+                producer.abort_transaction()
+        except Exception:  # noqa: BLE001 - the next init_transactions aborts it anyway
+            pass
+        producer.close(timeout=1)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close(timeout=5)
+            self.producer = None
+
+
+class Sinks:
+    """The store (fenced, idempotent) and Kafka (exactly once) writers of the job's driver."""
+
+    def __init__(self, o, s: Settings, epoch: int, faults: Faults | None = None):
+        self.o, self.s, self.epoch = o, s, epoch
+        self.write_profiles = o.mode == "realtime"  # the real-time path reads the profiles we keep
+        self.db = connect(o.store_path)
+        self.dlq_db = connect(o.store_path)  # the dead-letter query runs on its own thread
+        self.faults = faults
+        self._topics: dict[str, TransactionalTopic] = {}
+        self.decided = self.late = self.fraud = 0
+
+    def topic(self, stream: str, topic: str, checkpoint) -> TransactionalTopic:
+        if stream not in self._topics:
+            self._topics[stream] = TransactionalTopic(self.s, stream, topic, self.o.markers_topic,
+                                                      checkpoints.query_id(checkpoint) or "")
+        return self._topics[stream]
+
+    def fenced(self, db, exc: Exception, what: str) -> None:
+        fencing.record_rejection(db, JOB, self.epoch, what)
+        log.error("fenced: %s; a newer instance owns the job, exiting.", exc)
+        logging.shutdown()
+        os._exit(EXIT_FENCED)
+
+    def decisions(self, batch_df, batch_id: int) -> None:
+        from pipelines.fraud.aggregator import aggregate_columns
+
+        score, is_fraud = aggregate_columns(self.o.threshold)
+        table = batch_df.select("*", score.alias("score"), is_fraud.alias("is_fraud")).toArrow()
+        if table.num_rows == 0:
+            return
+        rows = table.to_pylist()
+        decided_at = now_ms()
+        records = decision_records(rows, decided_at, batch_id)
+        checkpoint = self.o.checkpoint / "decisions"
+        batch = replace(checkpoints.ledger_batch(JOB, checkpoint, batch_id), processed=len(records),
+                        fraud=sum(d["is_fraud"] for d in records))
+        what = f"decisions batch {batch_id}"
+        try:
+            with fencing.fenced_write(self.db, JOB, self.epoch, what) as conn:
+                if ledger.apply_once(conn, batch, self.epoch):
+                    conn.executemany(_INSERT, [tuple(d[c] for c in DECISION_COLUMNS) for d in records])
+                    if self.write_profiles:
+                        write_profiles(conn, rows)
+            payloads = [(d["txn_id"].encode(), json.dumps({k: d[k] for k in DECISION_FIELDS}).encode())
+                        for d in records]
+            self.topic(JOB, self.o.decisions_topic, checkpoint).write(batch_id, payloads)
+        except (fencing.FencedError, Fenced) as exc:
+            self.fenced(self.db, exc, what)
+        self.decided += len(records)
+        self.late += sum(d["is_late"] for d in records)
+        self.fraud += batch.fraud
+        if self.faults:
+            self.faults.after_sink(self.db, JOB, batch_id, len(records))
+
+    def dead_letters(self, batch_df, batch_id: int) -> None:
+        rows = batch_df.select("raw", "dlq_reason", "partition", "offset").toArrow().to_pylist()
+        if not rows:
+            return
+        ts = now_ms()
+        letters = [dead_letter(r, self.o.transactions_topic, ts) for r in rows]
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["dlq_reason"]] = counts.get(r["dlq_reason"], 0) + 1
+        checkpoint = self.o.checkpoint / "dlq"
+        batch = replace(checkpoints.ledger_batch(f"{JOB}-dlq", checkpoint, batch_id), processed=len(rows))
+        what = f"dead letters batch {batch_id}"
+        try:
+            with fencing.fenced_write(self.dlq_db, JOB, self.epoch, what) as conn:
+                if ledger.apply_once(conn, batch, self.epoch):
+                    conn.executemany(
+                        "INSERT INTO dead_letters (reason, count, updated_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT(reason) DO UPDATE SET count = count + excluded.count, "
+                        "updated_at = excluded.updated_at",
+                        [(reason, n, ts) for reason, n in counts.items()])
+            self.topic(f"{JOB}-dlq", self.o.dlq_topic, checkpoint).write(
+                batch_id, [(None, json.dumps(letter).encode()) for letter in letters])
+        except (fencing.FencedError, Fenced) as exc:
+            self.fenced(self.dlq_db, exc, what)
+
+    def close(self) -> None:
+        for t in self._topics.values():
+            t.close()
+
+
+def write_profiles(conn, rows: list[dict]) -> None:
+    """The latest profile per card of this batch -> `card_profiles` (the real-time path reads it)."""
+    latest: dict[str, dict] = {}
+    for r in rows:
+        latest[r["card_id"]] = r
+    conn.executemany(
+        "INSERT INTO card_profiles (card_id, count, mean, lat, lon, place_time, times, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(card_id) DO UPDATE SET count = excluded.count, "
+        "mean = excluded.mean, lat = excluded.lat, lon = excluded.lon, place_time = excluded.place_time, "
+        "times = excluded.times, updated_at = excluded.updated_at",
+        [(c, r["p_count"], r["p_mean"], r["p_lat"], r["p_lon"], r["p_time"], r["p_times"], now_ms())
+         for c, r in latest.items()])

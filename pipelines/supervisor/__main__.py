@@ -1,0 +1,5 @@
+import sys
+
+from pipelines.supervisor.core import main
+
+sys.exit(main())

@@ -1,0 +1,35 @@
+"""The live auditor: a consistent-cut audit (`pipelines.audit`) every AUDIT_INTERVAL_SECONDS,
+appended to the store's `audit` table for the dashboard, on a thread of the supervisor."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from controlplane.store import connect
+
+log = logging.getLogger("supervisor")
+
+
+class LiveAuditor:
+    def __init__(self, s, stopping):
+        self.s, self.stopping = s, stopping
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="auditor", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        from pipelines import audit
+
+        db = connect(s=self.s)
+        auditor = audit.Auditor(self.s, db)
+        while not self.stopping():
+            started = time.monotonic()
+            try:
+                audit.record(db, auditor.snapshot())
+            except Exception as exc:  # Kafka down, store busy: try again next round
+                log.warning("audit skipped: %s", exc)
+            time.sleep(max(0.5, self.s.audit_interval_seconds - (time.monotonic() - started)))

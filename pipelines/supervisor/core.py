@@ -1,0 +1,175 @@
+"""The supervisor: runs the jobs as child processes, restarts them, and carries out faults.
+
+    python -m pipelines.supervisor [--jobs fraud,usage] [--with-simulator] [--simulator-args "..."]
+
+It is the one place where `crash`, `broker-down` and `zombie` happen (`pipelines.supervisor.faults`);
+the jobs execute their own in-batch faults and the simulator its own, all claimed from the
+store's command table as the fault catalogue says. It restarts a child that exits by the one
+restart policy (`pipelines.restarts`), except one that refused to start (exit 2: its store and
+checkpoint disagree), which waits for a person. A live auditor runs on a thread beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from controlplane.clock import now_ms
+from controlplane.store import connect
+from infra import kafka_client, logs
+from infra.config import Settings, load
+from infra.topics import ensure_topics
+from pipelines.restarts import Backoff
+from pipelines.supervisor.auditor import LiveAuditor
+from pipelines.supervisor.faults import FaultExecutor
+from pipelines.supervisor.processes import Child, last_line, spawn, stop_all
+
+JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
+STOP_GRACE_S = 30.0      # SIGTERM, then this long, then SIGKILL
+EXIT_REFUSED = 2         # the job refused to start (its store and checkpoint disagree): no restart
+log = logging.getLogger("supervisor")
+
+
+@dataclass
+class Supervisor:
+    s: Settings
+    jobs: list[str]
+    job_args: dict[str, list[str]] = field(default_factory=dict)
+    children: dict[str, Child] = field(default_factory=dict)
+    stopping: bool = False
+
+    def __post_init__(self):
+        self.db = connect(s=self.s)
+        self.log_dir = self.s.run_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.backoffs: dict[str, Backoff] = {}
+        for job in self.jobs:
+            argv = [sys.executable, "-m", JOB_MODULES[job], *self.job_args.get(job, [])]
+            known = self.db["job_status"].get(job) if self.db["job_status"].count_where("job = ?", [job]) else {}
+            self.children[job] = Child(job, argv, self.log_dir / f"{job}.log", restarts=known.get("restarts") or 0)
+            self.backoffs[job] = Backoff(self.s.restart_delay_seconds, self.s.restart_backoff_max_seconds,
+                                         window_s=120.0)
+        self.faults = FaultExecutor(self)
+        self.auditor = LiveAuditor(self.s, lambda: self.stopping)
+        self._last_status = 0.0
+        self._topics_ready = False
+
+    # -- children -------------------------------------------------------------------------
+    def start(self, child: Child) -> None:
+        child.proc = spawn(child.argv, child.log_path)
+        child.started_at = time.monotonic()
+        child.restart_at = None
+        child.status = "running"
+        child.detail = f"started pid {child.proc.pid}"
+        self._write_status(child)
+
+    def reap(self) -> None:
+        for child in self.children.values():
+            if child.proc is None or child.proc.poll() is None:
+                continue
+            code = child.proc.returncode
+            lived = time.monotonic() - child.started_at
+            child.proc = None
+            if code == EXIT_REFUSED and not child.expected_exit:
+                child.status, child.restart_at = "refused", float("inf")
+                child.detail = f"refused to start: {last_line(child.log_path)}"
+                log.error("%s %s", child.job, child.detail)
+                self._write_status(child)
+                continue
+            delay = (self.s.restart_delay_seconds if child.expected_exit
+                     else self.backoffs[child.job].failed())
+            child.expected_exit = False
+            child.restarts += 1
+            child.restart_at = time.monotonic() + delay
+            child.status = "restarting"
+            child.detail = (f"exited with code {code} after {lived:.0f} s ({last_line(child.log_path)}); "
+                            f"restart in {delay:.0f} s")
+            log.warning("%s %s", child.job, child.detail)
+            self._write_status(child)
+
+    def start_due(self) -> None:
+        for child in self.children.values():
+            if child.proc is None and (child.restart_at is None or time.monotonic() >= child.restart_at):
+                if not kafka_client.answers(self.s):
+                    child.status, child.detail = "waiting", "waiting for Kafka to answer"
+                    child.restart_at = time.monotonic() + 1.0
+                    self._write_status(child)
+                    continue
+                if not self._topics_ready:
+                    ensure_topics(s=self.s)
+                    self._topics_ready = True
+                self.start(child)
+
+    # -- status -----------------------------------------------------------------------------
+    def _last_batch(self, job: str) -> int | None:
+        pattern = "usage-%" if job == "usage" else job
+        row = self.db.execute("SELECT max(batch_id) FROM batch_progress WHERE query LIKE ?", [pattern]).fetchone()
+        return row[0] if row else None
+
+    def _write_status(self, child: Child) -> None:
+        pid = child.proc.pid if child.proc else None
+        self.db["job_status"].upsert({
+            "job": child.job, "status": child.status, "pid": pid, "restarts": child.restarts,
+            "last_batch": self._last_batch(child.job) if child.job != "simulator" else None,
+            "started_at": int((time.time() - (time.monotonic() - child.started_at)) * 1000) if pid else None,
+            "updated_at": now_ms(), "detail": child.detail}, pk="job")
+
+    def refresh_status(self) -> None:
+        if time.monotonic() - self._last_status < 1.0:
+            return
+        self._last_status = time.monotonic()
+        for child in self.children.values():
+            self._write_status(child)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def run(self) -> None:
+        self.faults.recover_interrupted()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        log.info("running %s (logs in %s)", ", ".join(self.children), self.log_dir)
+        while not self.stopping:
+            self.reap()
+            self.start_due()
+            self.faults.take_commands()
+            self.faults.tend_zombies()
+            self.faults.detect_recoveries()
+            self.refresh_status()
+            self.auditor.start()
+            time.sleep(0.2)
+        self.shutdown()
+
+    def _on_signal(self, *_):
+        self.stopping = True
+
+    def shutdown(self) -> None:
+        """Stop every child between batches (SIGTERM), SIGKILL stragglers, record the stop."""
+        procs = [c.proc for c in self.children.values() if c.proc] + self.faults.wake_zombies()
+        stop_all(procs, STOP_GRACE_S)
+        for child in self.children.values():
+            child.proc, child.status, child.detail = None, "stopped", "supervisor stopped"
+            self._write_status(child)
+        log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logs.setup()
+    parser = argparse.ArgumentParser(prog="python -m pipelines.supervisor", description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", default="fraud,usage", help="comma-separated jobs to run (fraud, usage)")
+    parser.add_argument("--with-simulator", action="store_true", help="also run the simulator")
+    for job, example in (("fraud", "--mode microbatch"), ("usage", "--guarantee exactly-once"),
+                         ("simulator", "--rate 200")):
+        parser.add_argument(f"--{job}-args", default="", help=f'arguments for the {job} job, e.g. "{example}"')
+    args = parser.parse_args(argv)
+    jobs = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    unknown = [j for j in jobs if j not in ("fraud", "usage")]
+    if unknown:
+        parser.error(f"unknown job {unknown[0]!r}: choose from fraud, usage")
+    if args.with_simulator:
+        jobs.append("simulator")
+    job_args = {job: shlex.split(getattr(args, f"{job}_args")) for job in JOB_MODULES}
+    Supervisor(load(), jobs, job_args).run()
+    return 0

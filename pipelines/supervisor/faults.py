@@ -1,0 +1,171 @@
+"""The faults the supervisor carries out itself (the catalogue's `supervisor` executor): `crash`,
+`broker-down` and `zombie`, claimed from the command table exactly once, with their outcome and
+the recovery time they caused recorded in the store."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from controlplane import commands, faults
+from controlplane.clock import now_ms
+from infra import broker
+from pipelines.supervisor.processes import last_error
+
+ZOMBIE_TIMEOUT_S = 120.0
+log = logging.getLogger("supervisor")
+
+
+@dataclass
+class Zombie:
+    job: str
+    proc: subprocess.Popen
+    command_id: int
+    resume_at: float
+    log_path: Path
+    resumed_at: float | None = None
+    resumed_ms: int = 0
+    deadline: float = 0.0
+
+
+@dataclass
+class PendingRecovery:
+    job: str
+    fault: str
+    killed_at_ms: int
+    command_id: int | None = None
+
+
+class FaultExecutor:
+    """Carries out the supervisor's faults on the supervisor's children."""
+
+    KINDS = faults.claims(faults.SUPERVISOR)
+
+    def __init__(self, sup):
+        self.sup, self.db, self.s = sup, sup.db, sup.s
+        self.zombies: list[Zombie] = []
+        self.recoveries: list[PendingRecovery] = []
+        self._broker_fault: threading.Thread | None = None
+
+    def recover_interrupted(self) -> None:
+        """Commands a previous supervisor claimed but never finished: say so, never re-run them."""
+        marks = ",".join("?" for _ in self.KINDS)
+        for row in self.db.execute(f"SELECT id FROM commands WHERE status = 'started' AND kind IN ({marks})",
+                                   list(self.KINDS)).fetchall():
+            commands.finish(self.db, row[0], "interrupted: the supervisor stopped before it finished", ok=False)
+
+    def take_commands(self) -> None:
+        for cmd in commands.claim(self.db, self.KINDS):
+            try:
+                {"crash": self.crash, "broker-down": self.broker_down, "zombie": self.zombie}[cmd.kind](cmd)
+            except Exception as exc:  # a failed fault is recorded, never fatal to the supervisor
+                commands.finish(self.db, cmd.id, f"failed: {exc}", ok=False)
+
+    def _target(self, cmd: commands.Command):
+        child = self.sup.children.get(cmd.job)
+        if child is None:
+            raise ValueError(f"job {cmd.job!r} is not run by this supervisor (it runs {', '.join(self.sup.children)})")
+        if child.proc is None:
+            raise ValueError(f"job {cmd.job!r} is not running right now ({child.status})")
+        return child
+
+    def crash(self, cmd: commands.Command) -> None:
+        child = self._target(cmd)
+        pid = child.proc.pid
+        killed_at = now_ms()
+        child.expected_exit = True
+        os.kill(pid, signal.SIGKILL)
+        if child.job != "simulator":
+            self.recoveries.append(PendingRecovery(child.job, "crash", killed_at, cmd.id))
+        commands.finish(self.db, cmd.id, f"SIGKILL sent to {child.job} driver pid {pid}; "
+                                         f"restart in {self.s.restart_delay_seconds:.0f} s")
+
+    def broker_down(self, cmd: commands.Command) -> None:
+        if self.s.external_bootstrap:
+            raise ValueError(f"the broker at {self.s.external_bootstrap} is not ours to stop")
+        if self._broker_fault and self._broker_fault.is_alive():
+            raise ValueError("the broker is already down for another broker-down command")
+        seconds = float(cmd.param("seconds"))
+
+        def outage():
+            started = time.monotonic()
+            broker.down(self.s, quiet=True)
+            stopped_after = time.monotonic() - started
+            time.sleep(seconds)
+            broker.up(self.s, quiet=True)
+            commands.finish(self.db, cmd.id, f"broker stopped ({stopped_after:.1f} s to stop), down for "
+                                             f"{seconds:.0f} s, answering again")
+
+        # The broker is started detached (its own session), so starting it from a thread is safe.
+        self._broker_fault = threading.Thread(target=outage, name="broker-down", daemon=True)
+        self._broker_fault.start()
+
+    def zombie(self, cmd: commands.Command) -> None:
+        """Freeze the running instance, start a replacement, then let the frozen one wake up stale."""
+        child = self._target(cmd)
+        seconds = float(cmd.param("seconds"))
+        old = child.proc
+        os.killpg(old.pid, signal.SIGSTOP)  # like a long GC pause or a suspended VM
+        child.proc = None
+        self.sup.start(child)  # the replacement takes a newer lease: the frozen one is now stale
+        child.detail = f"replacement pid {child.proc.pid} started; pid {old.pid} frozen as a zombie"
+        now = time.monotonic()
+        self.zombies.append(Zombie(child.job, old, cmd.id, now + seconds, child.log_path,
+                                   deadline=now + seconds + ZOMBIE_TIMEOUT_S))
+        log.warning("zombie: froze %s pid %s, replacement pid %s", child.job, old.pid, child.proc.pid)
+
+    def tend_zombies(self) -> None:
+        for z in list(self.zombies):
+            now = time.monotonic()
+            if z.resumed_at is None and now >= z.resume_at:
+                os.killpg(z.proc.pid, signal.SIGCONT)
+                z.resumed_at = now
+                z.resumed_ms = now_ms()
+                continue
+            if z.resumed_at is None:
+                continue
+            code = z.proc.poll()
+            if code is None and now < z.deadline:
+                continue
+            if code is None:
+                z.proc.kill()
+                z.proc.wait()
+            rejected = self.db.execute("SELECT count(*) FROM rejected_writes WHERE job = ? AND ts >= ?",
+                                       [z.job, z.resumed_ms]).fetchone()[0]
+            if code == 3 or rejected:
+                result = (f"zombie pid {z.proc.pid} woke with a stale epoch: {rejected} write(s) rejected "
+                          f"by fencing; it exited with code {code}")
+            elif code is None:
+                result = f"zombie pid {z.proc.pid} still running after {ZOMBIE_TIMEOUT_S:.0f} s: killed"
+            else:
+                result = (f"zombie pid {z.proc.pid} was stopped by Spark before it could write "
+                          f"(exit code {code}): {last_error(z.log_path)}")
+            commands.finish(self.db, z.command_id, result, ok=bool(rejected) or code == 3 or code not in (None, 0))
+            self.zombies.remove(z)
+
+    def wake_zombies(self) -> list[subprocess.Popen]:
+        """At shutdown: let frozen instances run again so they can be stopped."""
+        for z in self.zombies:
+            try:
+                os.killpg(z.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        return [z.proc for z in self.zombies]
+
+    def detect_recoveries(self) -> None:
+        for rec in list(self.recoveries):
+            pattern = "usage-%" if rec.job == "usage" else rec.job
+            row = self.db.execute("SELECT min(ts) FROM batch_progress WHERE query LIKE ? AND ts > ? "
+                                  "AND num_input_rows > 0", [pattern, rec.killed_at_ms]).fetchone()
+            if row and row[0]:
+                self.db["recoveries"].insert({"job": rec.job, "fault": rec.fault, "killed_at": rec.killed_at_ms,
+                                              "recovered_at": row[0],
+                                              "seconds": (row[0] - rec.killed_at_ms) / 1000})
+                self.recoveries.remove(rec)
+            elif now_ms() - rec.killed_at_ms > 600_000:
+                self.recoveries.remove(rec)

@@ -1,0 +1,5 @@
+import sys
+
+from pipelines.usage.job import main
+
+sys.exit(main())

@@ -1,0 +1,272 @@
+"""The SystemUsageAnalyzer: transactions processed and fraud detected, one query per guarantee.
+
+`python -m pipelines.usage [--guarantee at-most-once|at-least-once|exactly-once] [--no-windows]
+[--reset-sink]`
+
+All queries read the Kafka `decisions` topic (read_committed) side by side in one Spark
+application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
+and its own row in `usage_counts`. Each micro-batch is aggregated in the JVM (count,
+sum(is_fraud)); only those two numbers reach the driver, where the guarantee's policy object
+(`pipelines.guarantees`) decides what the sink does with them. Every batch the sink is handed
+goes into the sink ledger with its Kafka offset range from Spark's offset log, which is what the
+auditor checks the counts against.
+
+Sink down (`sink-down` fault): at-most-once drops the batch; the durable guarantees retry the
+write with backoff inside foreachBatch until the sink is back (Spark does not commit the batch
+meanwhile). A batch that fails otherwise (`task-failure`, a store error) fails its query, which
+is restarted in-process from its checkpoint (`pipelines.restarts`), then exits 1.
+A fenced instance (zombie) records the rejected write and exits 3; one whose query Spark stopped
+first (one run per checkpoint) exits 4. A durable query whose store holds batches of another
+checkpoint refuses to start (exit 2) and says how to fix it.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+
+from controlplane import fencing, ledger
+from controlplane.clock import now_ms
+from controlplane.store import connect, transaction
+from infra import kafka_client, logs
+from infra.config import Settings, load
+from infra.contracts import GUARANTEES
+from pipelines import guarantees
+from pipelines.engine import checkpoints
+from pipelines.engine.runner import EXIT_FENCED, EXIT_SUPERSEDED, QueryRunner
+from pipelines.guarantees import Guarantee
+from pipelines.hooks import Faults
+from pipelines.restarts import first_line
+
+JOB = "usage"
+EXIT_REFUSED = 2
+log = logging.getLogger(JOB)
+
+
+def checkpoint_dir(s: Settings, name: str):
+    return s.checkpoint_root / name
+
+
+def record_start(db, guarantee: str, topic: str, offsets: dict) -> None:
+    """Remember where a query FIRST started reading `topic` (kept across restarts)."""
+    db.conn.execute("INSERT OR IGNORE INTO usage_starts (guarantee, topic, offsets, started_at) "
+                    "VALUES (?, ?, ?, ?)", (guarantee, topic, json.dumps(offsets), now_ms()))
+
+
+def exit_fenced(db, epoch: int, exc: fencing.FencedError, what: str):
+    """A newer instance holds the lease: record the rejected write, say so in one line, exit 3."""
+    try:
+        fencing.record_rejection(db, JOB, epoch, what)
+    finally:
+        log.error("fenced, exiting: %s", exc)
+        logging.shutdown()
+        os._exit(EXIT_FENCED)
+
+
+def reset_sink(db, s: Settings, sink: str, guarantee: str | None) -> None:
+    """Clear one sink's rows and its checkpoint together (`--reset-sink`)."""
+    with transaction(db) as conn:
+        conn.execute("DELETE FROM sink_batches WHERE sink = ?", (sink,))
+        if guarantee:
+            conn.execute("DELETE FROM usage_counts WHERE guarantee = ?", (guarantee,))
+            conn.execute("DELETE FROM usage_starts WHERE guarantee = ?", (guarantee,))
+        else:
+            for table in ("windows", "late_events", "usage_watermarks"):
+                conn.execute(f"DELETE FROM {table}")
+    shutil.rmtree(checkpoint_dir(s, sink), ignore_errors=True)
+
+
+class UsageJob:
+    """One Spark application running the chosen guarantee queries (and the windows query)."""
+
+    def __init__(self, guarantee_names: list[str], s: Settings, windows: bool = True,
+                 amo_from_earliest: bool = False, reset: bool = False):
+        """`amo_from_earliest` (benchmarks only) lets at-most-once read a pre-filled topic; its sink
+        rule and fresh checkpoint stay the same."""
+        self.s = s
+        self.policies: list[Guarantee] = [guarantees.policy(g) for g in guarantee_names]
+        self.windows = windows
+        self.amo_from_earliest = amo_from_earliest
+        self.db = connect(s.store_path)
+        self.epoch = fencing.take_lease(self.db, JOB)
+        self.stopping = threading.Event()
+        self.faults = Faults(s.store_path, [p.name for p in self.policies])
+        self._dbs: dict[str, object] = {}
+        self.spark = None
+        self.runner: QueryRunner | None = None
+        if reset:
+            for p in self.policies:
+                reset_sink(self.db, s, p.query, p.name)
+            if windows:
+                from pipelines.usage.windows import QUERY
+                reset_sink(self.db, s, QUERY, None)
+
+    @property
+    def queries(self) -> dict:
+        return self.runner.queries if self.runner else {}
+
+    def store_for(self, name: str):
+        """One store connection per query (a query's batches run one at a time)."""
+        if name not in self._dbs:
+            self._dbs[name] = connect(self.s.store_path)
+        return self._dbs[name]
+
+    def check_bound(self, sink: str, keeps_checkpoint: bool = True) -> None:
+        """Exit 2 with one sentence when the store holds batches of another checkpoint."""
+        if not keeps_checkpoint:
+            return
+        try:
+            ledger.check_bound(self.db, sink, checkpoints.query_id(checkpoint_dir(self.s, sink)),
+                               "run `make clean`, or start the job with --reset-sink to clear this "
+                               "sink and its checkpoint together")
+        except ledger.ForeignCheckpoint as exc:
+            log.error("%s", exc)
+            logging.shutdown()
+            os._exit(EXIT_REFUSED)
+
+    # -- the foreachBatch of each guarantee ---------------------------------------------------------
+    def batch_handler(self, policy: Guarantee):
+        from pyspark.sql import functions as F
+
+        name, checkpoint = policy.query, checkpoint_dir(self.s, policy.query)
+
+        def handle(df, batch_id):
+            db = self.store_for(name)
+            batch = checkpoints.ledger_batch(name, checkpoint, batch_id)
+            failing = self.faults.take_task_failure(policy.name)
+            aggs = [F.count(F.lit(1)).alias("n"),
+                    F.coalesce(F.sum(F.col("is_fraud").cast("long")), F.lit(0)).alias("f")]
+            if failing is not None:
+                msg = f"task-failure injected into {name} batch {batch_id}"
+                aggs.append(F.sum(F.coalesce(F.raise_error(F.lit(msg)).cast("long"), F.lit(0))).alias("x"))
+            try:
+                row = df.agg(*aggs).collect()[0]
+            except Exception as exc:
+                if failing is not None:
+                    self.faults.task_failure_done(db, policy.name, failing, batch_id)
+                policy.failed(db, dataclasses.replace(batch, processed=_safe_count(df)), self.epoch,
+                              RuntimeError(first_line(exc)) if policy.drops_failed_batches else exc)
+                return
+            if failing is not None:  # an empty batch raised nothing: keep the hook armed
+                self.faults.rearm_task_failure(policy.name, failing)
+            batch = dataclasses.replace(batch, processed=int(row["n"]), fraud=int(row["f"]))
+            if batch.processed == 0:
+                return
+            try:
+                policy.write(db, batch, self.epoch, self.faults.gate, stop=self.stopping.is_set)
+            except fencing.FencedError as exc:
+                exit_fenced(db, self.epoch, exc, f"{name} batch {batch_id}")
+            self.faults.after_sink(db, policy.name, batch_id, batch.processed)
+
+        return handle
+
+    # -- starting and restarting queries -----------------------------------------------------------
+    def start_query(self, policy: Guarantee, restart: bool = False):
+        from pipelines.engine.sources import parse_decisions, read_kafka
+
+        s = self.s
+        checkpoint = checkpoint_dir(s, policy.query)
+        topic = s.topics.decisions
+        starting = policy.starting_offsets
+        if not policy.keeps_checkpoint:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            if starting == "latest" and not self.amo_from_earliest:
+                # resolve "latest" here, so the first start is on record (the audit's truth
+                # for this query starts there)
+                ends = kafka_client.end_offsets(topic, s)
+                record_start(self.db, policy.name, topic, {str(p): o for p, o in ends.items()})
+                starting = json.dumps({topic: {str(p): o for p, o in ends.items()}})
+            elif self.amo_from_earliest:
+                starting = "earliest"
+        self.check_bound(policy.query, policy.keeps_checkpoint)
+        stream = parse_decisions(read_kafka(self.spark, topic, s, starting_offsets=starting,
+                                            max_offsets_per_trigger=s.usage_max_offsets))
+        stream = stream.select("txn_id", "is_fraud", "kafka_ts")  # only these cross the shuffle
+        if policy.dedupes_input:
+            stream = (stream.withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
+                      .dropDuplicatesWithinWatermark(["txn_id"]))
+        return (stream.writeStream.queryName(policy.query)
+                .foreachBatch(self.batch_handler(policy))
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(processingTime=f"{s.trigger_seconds} seconds")
+                .start())
+
+    def start_windows(self, restart: bool = False):
+        from pipelines.usage import windows
+
+        self.check_bound(windows.QUERY)
+        return windows.start_query(self.spark, self.s, self.epoch, self.store_for(windows.QUERY),
+                                   on_fenced=exit_fenced)
+
+    def starters(self) -> dict[str, callable]:
+        out = {p.query: (lambda restart=False, p=p: self.start_query(p, restart)) for p in self.policies}
+        if self.windows:
+            from pipelines.usage.windows import QUERY
+            out[QUERY] = self.start_windows
+        return out
+
+    def run(self) -> int:
+        from infra.topics import ensure_topics
+        from pipelines.engine import metrics
+        from pipelines.engine.session import get_spark
+
+        s = self.s
+        ensure_topics([s.topics.decisions], s=s)
+        # no empty batches just to move a watermark: the sinks need no eviction output
+        self.spark = get_spark("cardstream-usage", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
+        starters = self.starters()
+        metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
+        self.runner = QueryRunner(JOB, self.db, self.epoch, starters, self.stopping)
+        self.runner.start()
+        self.faults.start()
+        log.info("running %s on %s (epoch %s)", ", ".join(self.queries), s.topics.decisions, self.epoch)
+        code = self.runner.watch()
+        self.shutdown(superseded=code == EXIT_SUPERSEDED)
+        return code
+
+    def shutdown(self, superseded: bool = False) -> None:
+        self.stopping.set()
+        self.faults.stop()
+        if self.runner:
+            self.runner.stop()
+        if not superseded:  # a zombie leaves the live instance's checkpoints alone
+            for p in self.policies:
+                if not p.keeps_checkpoint:
+                    shutil.rmtree(checkpoint_dir(self.s, p.query), ignore_errors=True)
+        if self.spark is not None:
+            self.spark.stop()
+
+
+def _safe_count(df) -> int:
+    try:
+        return int(df.count())
+    except Exception:  # noqa: BLE001 - only for the drop record
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logs.setup()
+    parser = argparse.ArgumentParser(prog="python -m pipelines.usage", description=__doc__.splitlines()[0])
+    parser.add_argument("--guarantee", choices=GUARANTEES, help="run one query (default: all three)")
+    parser.add_argument("--no-windows", action="store_true", help="skip the event-time windows query")
+    parser.add_argument("--reset-sink", action="store_true",
+                        help="clear the chosen queries' store rows and checkpoints together first")
+    args = parser.parse_args(argv)
+    job = UsageJob([args.guarantee] if args.guarantee else list(GUARANTEES), load(),
+                   windows=not args.no_windows, reset=args.reset_sink)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: job.stopping.set())
+    from kafka.errors import KafkaError
+
+    try:
+        return job.run()
+    except KafkaError as exc:  # e.g. the broker is down at start: one sentence, the supervisor retries
+        log.error("cannot reach Kafka at %s: %s", job.s.kafka_bootstrap, exc)
+        job.shutdown()
+        return 1

@@ -1,0 +1,102 @@
+"""Plain-Python pieces of the fraud job and its latency bench: no Spark, no Kafka."""
+from __future__ import annotations
+
+import pytest
+
+from bench.latency import latency_figures, percentile, quality
+from infra.config import load
+from infra.contracts import DECISION_FIELDS
+from pipelines.fraud.analyzers import CardProfile, ProximityState, TicketState, VelocityState
+from pipelines.fraud.job import decision_records, parse_args, profile_from_row, profile_to_row
+
+
+def test_profile_round_trips_through_the_state_row():
+    p = CardProfile(TicketState(4, 2_150.5), ProximityState(48.85, 2.35, 1_700_000_000_000),
+                    VelocityState((1, 2, 3)), last_seen=42)
+    assert profile_from_row(profile_to_row(p)) == p
+    empty = CardProfile()
+    assert profile_from_row(profile_to_row(empty)) == empty
+
+
+def test_decision_records_follow_the_contract():
+    row = {name: 1 for name in DECISION_FIELDS} | {"txn_id": "t1", "is_fraud": True, "is_late": False,
+                                                   "p_count": 3, "decided_at": None}
+    [d] = decision_records([row], decided_at=99, batch_id=7)
+    assert set(d) == set(DECISION_FIELDS) | {"batch_id"}
+    assert d["decided_at"] == 99 and d["batch_id"] == 7 and d["is_fraud"] is True
+
+
+def test_bad_arguments_are_one_clear_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--threshold", "2"], load())
+    assert exc.value.code == 2 and "--threshold" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--mode", "realtime", "--available-now"], load())
+    assert parse_args([], load()).mode == "microbatch"
+
+
+def test_percentile_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
+    assert percentile([], 50) is None
+
+
+def test_latency_figures_use_the_first_decision_and_the_measured_window():
+    decisions = [{"txn_id": "a", "produced_at": 100, "decided_at": 110},
+                 {"txn_id": "a", "produced_at": 100, "decided_at": 500},   # a replayed duplicate
+                 {"txn_id": "b", "produced_at": 10, "decided_at": 20}]     # warm-up: not measured
+    f = latency_figures(decisions, since_ms=50)
+    assert f["measured"] == 1 and f["p99_ms"] == 10 and f["max_ms"] == 10
+
+
+def test_quality_counts_precision_and_recall_against_labels():
+    labels = [{"txn_id": "1", "is_fraud": True, "pattern": "spend-spike"},
+              {"txn_id": "2", "is_fraud": True, "pattern": "card-testing"},
+              {"txn_id": "3", "is_fraud": False, "pattern": "normal"},
+              {"txn_id": "4", "is_fraud": False, "pattern": "bad:bad-json"}]
+    decisions = [{"txn_id": "1", "is_fraud": True}, {"txn_id": "2", "is_fraud": False},
+                 {"txn_id": "3", "is_fraud": True}]
+    q = quality(decisions, labels)
+    assert q["precision"] == 0.5 and q["recall"] == 0.5 and q["labelled"] == 3
+
+
+def test_a_bucket_scores_each_card_in_event_order_and_forgets_idle_cards():
+    import json
+
+    import pandas as pd
+
+    from pipelines.fraud.analyzers import score_transaction
+    from pipelines.fraud.job import TXN_COLUMNS, score_bucket
+
+    def txn(i, card, t, amount=1000, lat=48.85, lon=2.35):
+        return {"txn_id": f"t{i}", "card_id": card, "merchant_id": "m", "amount_cents": amount, "lat": lat,
+                "lon": lon, "event_time": t, "produced_at": t, "offset": i}
+
+    first = [txn(0, "a", 1_000), txn(1, "b", 2_000), txn(2, "a", 600_000), txn(3, "a", 1_200_000)]
+    # out of order in the batch, and card "b" flies to New York a minute later
+    second = [txn(5, "a", 1_900_000, amount=20_000), txn(4, "b", 62_000, lat=40.71, lon=-74.0),
+              txn(6, "a", 1_800_000)]
+    out1, state = score_bucket(None, pd.DataFrame(first), 0, 10_000, 3_600_000, _limits())
+    out2, state = score_bucket(state, pd.DataFrame(second), 0, 20_000, 3_600_000, _limits())
+
+    expected, profiles = {}, {}
+    for t in sorted(first, key=lambda r: r["event_time"]) + sorted(second, key=lambda r: r["event_time"]):
+        scores, profiles[t["card_id"]] = score_transaction(profiles.get(t["card_id"]), t, _limits())
+        expected[t["txn_id"]] = scores
+    got = {}
+    for out in (out1, out2):
+        for i, txn_id in enumerate(out["txn_id"]):
+            got[txn_id] = {a: out[f"score_{a}"][i] for a in ("avg_ticket", "proximity", "velocity")}
+    assert got == expected
+    assert got["t4"]["proximity"] == 1.0 and got["t5"]["avg_ticket"] > 0.7
+    assert set(json.loads(state)) == {"a", "b"}
+    _, later = score_bucket(state, pd.DataFrame([txn(7, "c", 2_000_000)]), 0, 20_000 + 3_600_001, 3_600_000,
+                            _limits())
+    assert set(json.loads(later)) == {"c"}  # a and b were idle longer than the TTL
+    assert TXN_COLUMNS[1] == "card_id"
+
+
+def _limits():
+    from pipelines.fraud.analyzers import DEFAULT_LIMITS
+
+    return DEFAULT_LIMITS
