@@ -88,6 +88,8 @@ class Settings:
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
+    # how long a transactional send may wait for the broker before the batch fails (and replays)
+    kafka_delivery_timeout_ms: int = 120_000
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -129,6 +131,7 @@ def load(env: dict | None = None) -> Settings:
         kafka_sasl_username=env.get("KAFKA_SASL_USERNAME") or None,
         kafka_sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
         kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
+        kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
         spark_master=env.get("SPARK_MASTER", "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 4),
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),

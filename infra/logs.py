@@ -14,5 +14,5 @@ FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 def setup(level: str | None = None) -> None:
     logging.basicConfig(level=(level or os.environ.get("CARDSTREAM_LOG_LEVEL") or "INFO").upper(),
                         format=FORMAT, force=True)
-    for noisy in ("kafka", "py4j", "urllib3"):
+    for noisy in ("kafka", "py4j", "urllib3", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

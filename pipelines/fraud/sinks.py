@@ -81,8 +81,10 @@ class TransactionalTopic:
                  **producer_config):
         self.s, self.stream, self.topic, self.markers = s, stream, topic, markers_topic
         self.checkpoint_id = checkpoint_id
+        delivery = s.kafka_delivery_timeout_ms
         self.config = {"transactional_id": f"cardstream-{stream}-{topic}", "acks": "all", "linger_ms": 5,
-                       "max_request_size": 4 * 1024 * 1024, **producer_config}
+                       "delivery_timeout_ms": delivery, "request_timeout_ms": max(1000, min(30_000, delivery // 2)),
+                       "max_block_ms": max(1000, min(60_000, delivery)), **producer_config}
         self.producer = None
         self.last_committed: int | None = None
 

@@ -56,7 +56,9 @@ def batch_results(df, watermark_ms: int | None, session_gap_s: int):
     from pyspark.sql import functions as F
 
     wm = F.lit(watermark_ms if watermark_ms is not None else -(2 ** 62)).cast("long")
-    flagged = (df.withColumn("late", F.col("event_time") < wm)
+    # a decision without an event time has no window (the fraud job never writes one; a foreign
+    # producer could): it is counted by the usage queries, not placed in a window
+    flagged = (df.where(F.col("event_time").isNotNull()).withColumn("late", F.col("event_time") < wm)
                .withColumn("fraud", F.col("is_fraud").cast("long")))
     pane = (F.col("event_time") - F.pmod(F.col("event_time"), F.lit(MINUTE_MS))).alias("pane")
     on_time = F.when(~F.col("late"), 1).otherwise(0)

@@ -1,4 +1,10 @@
-"""The audit: truth read from real Kafka topics vs the store, incrementally, and its CLI."""
+"""The audit against the real broker: truth read from Kafka at each query's committed offsets,
+the sinks' ledger, lag apart, and the CLI.
+
+The checkpoints here are written in Spark's own file format (as in a real checkpoint's
+`metadata`, `sources/0/0`, `offsets/N`, `commits/N`), so the audit is tested without a Spark job;
+tests/e2e run it against real jobs.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -6,80 +12,114 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from bench.guarantees import decision, produce
+from controlplane import ledger
+from infra import kafka_client
 from infra.config import ROOT, Topics
 from pipelines import audit, guarantees
-from pipelines.guarantees import BatchResult
 from pipelines.usage.job import record_start
 
 
-def test_amo_truth_counts_only_txns_seen_since_its_first_start():
-    log = audit.TopicLog(facts={"a": (0, 3, True), "b": (0, 9, False), "c": (1, 1, True), "d": (1, 7, True)})
-    assert audit.amo_truth(log, {"0": 5, "1": 2}) == (2, 1)   # b and d
-    assert audit.amo_truth(log, None) == (0, 0)                # never started: nothing owed
+def decision(i: int, fraud: bool = False) -> dict:
+    return {"txn_id": f"t-{i}", "card_id": f"c-{i % 7}", "event_time": 1_700_000_000_000 + i, "is_fraud": fraud}
 
 
-def test_fraud_figures_precision_recall_and_losses():
-    labels = {"t1": (True, "burst"), "t2": (False, "normal"), "t3": (True, "far"), "t4": (False, "normal"),
-              "bad1": (False, "bad:json")}
-    observed = {"t1": True, "t2": True, "t4": False}
-    got = audit.fraud_figures({"t1", "t2", "t3", "t4"}, labels, observed, decision_records=5, decision_distinct=3)
-    assert got == {"truth": 4, "observed": 3, "lost": 1, "duplicated": 2, "precision": 0.5, "recall": 1.0}
-    observed["t3"] = False  # decided, and missed
-    assert audit.fraud_figures({"t1", "t2", "t3", "t4"}, labels, observed, 5, 4)["recall"] == 0.5
+def produce(topic: str, docs: list[dict]) -> None:
+    p = kafka_client.producer(None, acks="all")
+    for d in docs:  # one partition: offsets are positions, which keeps the expectations readable
+        p.send(topic, key=d["txn_id"].encode(), value=json.dumps(d).encode(), partition=0)
+    p.flush()
+    p.close()
 
 
-def _settings(settings, topic, store_path):
+def checkpoint(path: Path, topic: str, query_id: str, ends: list[int], committed: int | None, initial: int = 0):
+    """A checkpoint in Spark's format: batch i ends at ends[i]; batches up to `committed` done."""
+    (path / "offsets").mkdir(parents=True, exist_ok=True)
+    (path / "commits").mkdir(exist_ok=True)
+    (path / "sources" / "0").mkdir(parents=True, exist_ok=True)
+    (path / "metadata").write_text(json.dumps({"id": query_id}))
+    (path / "sources" / "0" / "0").write_text("\x00v1\n" + json.dumps({topic: {"0": initial}}))
+    for i, end in enumerate(ends):
+        (path / "offsets" / str(i)).write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps({topic: {"0": end}}))
+        if committed is not None and i <= committed:
+            (path / "commits" / str(i)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def batch(sink, cp, i, start, end, topic, processed, fraud=0):
+    return ledger.Batch(sink, cp, i, processed, fraud, {topic: {"0": start}}, {topic: {"0": end}})
+
+
+def _settings(settings, topic, tmp_path):
     names = Topics(transactions=topic("tx"), labels=topic("labels"), decisions=topic("decisions"),
-                   dead_letters="unused", partitions=2)
-    return dataclasses.replace(settings, topics=names, store_path=store_path)
+                   dead_letters="unused", partitions=1)
+    return dataclasses.replace(settings, topics=names, store_path=tmp_path / "cardstream.db",
+                               checkpoint_root=tmp_path / "checkpoints")
 
 
-def test_snapshot_reads_kafka_truth_incrementally_and_records_it(kafka, settings, topic, store, tmp_path):
-    s = _settings(settings, topic, tmp_path / "cardstream.db")
-    early = [decision(i, i % 4 == 0) for i in range(20)]
-    produce(kafka, s.topics.decisions, early + early[:5])             # 5 duplicates, at least once
-    from pipelines.usage.job import latest_offsets
-    record_start(store, "at-most-once", s.topics.decisions, latest_offsets(s.topics.decisions, s))
-    late = [decision(i, i % 4 == 0) for i in range(20, 30)]
-    produce(kafka, s.topics.decisions, late)
-    txns = [{"txn_id": d["txn_id"], "card_id": d["card_id"]} for d in early + late]
-    produce(kafka, s.topics.transactions, txns + [{"txn_id": "junk-1", "card_id": "x"}])
-    labels = [{"txn_id": d["txn_id"], "is_fraud": d["is_fraud"], "pattern": "p"} for d in early + late]
-    produce(kafka, s.topics.labels, labels + [{"txn_id": "junk-1", "is_fraud": False, "pattern": "bad:json"}])
-    store["decisions"].insert_all([{"txn_id": d["txn_id"], "is_fraud": int(d["is_fraud"])} for d in early])
+def test_consistent_cut_per_guarantee(kafka, settings, topic, store, tmp_path):
+    s = _settings(settings, topic, tmp_path)
+    t = s.topics.decisions
+    docs = [decision(i, i % 4 == 0) for i in range(20)]
+    produce(t, docs + docs[:2])                       # offsets 20, 21: two ids sent twice upstream
     epoch = 1
-    guarantees.write_exactly_once(store, BatchResult(0, 30, 8), epoch)
-    guarantees.write_at_least_once(store, BatchResult(0, 35, 9), epoch)
-    guarantees.write_at_most_once(store, BatchResult(0, 7, 2), epoch)
 
-    snap = audit.snapshot(s, store)
-    fraud_truth = sum(d["is_fraud"] for d in early + late)
-    assert snap["usage"]["exactly-once"] == {"truth": 30, "observed": 30, "lost": 0, "duplicated": 0,
-                                            "fraud_truth": fraud_truth, "fraud_observed": 8}
-    assert snap["usage"]["at-least-once"]["duplicated"] == 5
-    assert snap["usage"]["at-most-once"]["truth"] == 10  # only what came after its first start
-    assert snap["usage"]["at-most-once"]["lost"] == 3
-    f = snap["fraud"]
-    assert (f["truth"], f["observed"], f["lost"], f["duplicated"]) == (30, 20, 10, 5)
-    assert f["precision"] == 1.0 and f["recall"] == 1.0  # of the 20 decided; 10 are not decided yet
+    # exactly-once: two batches, both committed; the replay of batch 1 skipped by its sink
+    eo = guarantees.policy("exactly-once")
+    checkpoint(s.checkpoint_root / eo.query, t, "eo", [10, 22], committed=1)
+    assert eo.write(store, batch(eo.query, "eo", 0, 0, 10, t, 10, 3), epoch) == ledger.APPLIED
+    assert eo.write(store, batch(eo.query, "eo", 1, 10, 22, t, 10, 2), epoch) == ledger.APPLIED
+    assert eo.write(store, batch(eo.query, "eo", 1, 10, 22, t, 10, 2), epoch) == ledger.SKIPPED
 
-    produce(kafka, s.topics.decisions, [decision(i, False) for i in range(30, 40)])  # read incrementally
-    assert audit.snapshot(s, store)["usage"]["exactly-once"]["truth"] == 40
-    assert audit.record(store, snap) == 9
-    assert {r["metric"] for r in store["audit"].rows} == {"decisions", "processed", "fraud", "precision", "recall"}
+    # at-least-once: batch 1 applied, killed before its commit, replayed and applied again;
+    # batch 2 is applied but not committed yet: ahead of the cut, not a duplicate
+    alo = guarantees.policy("at-least-once")
+    checkpoint(s.checkpoint_root / alo.query, t, "alo", [10, 20, 22], committed=1)
+    for b in (batch(alo.query, "alo", 0, 0, 10, t, 10, 3), batch(alo.query, "alo", 1, 10, 20, t, 10, 2),
+              batch(alo.query, "alo", 1, 10, 20, t, 10, 2), batch(alo.query, "alo", 2, 20, 22, t, 2, 2)):
+        alo.write(store, b, epoch)
+
+    # at-most-once: first started at offset 5, restarted at 15 (a new checkpoint each run); its
+    # second run dropped batch 0 [15, 18) when the sink was down
+    amo = guarantees.policy("at-most-once")
+    record_start(store, amo.name, t, {"0": 5})
+    amo.write(store, batch(amo.query, "amo-1", 0, 5, 9, t, 4, 1), epoch)
+    amo.drop(store, batch(amo.query, "amo-2", 0, 15, 18, t, 3, 1), epoch, "sink down")
+    amo.write(store, batch(amo.query, "amo-2", 1, 18, 22, t, 4, 2), epoch)
+    checkpoint(s.checkpoint_root / amo.query, t, "amo-2", [18, 22], committed=1, initial=15)
+
+    produce(t, [decision(i) for i in range(20, 26)])  # arrives after the cut: lag, never lost
+    snap = audit.Auditor(s, store).snapshot()["usage"]
+
+    e = snap["exactly-once"]
+    assert (e["truth"], e["observed"], e["lost"], e["duplicated"]) == (20, 20, 0, 0)
+    assert e["lag_records"] == 6 and e["committed_offsets"] == {"0": 22}
+    a = snap["at-least-once"]
+    assert (a["truth"], a["observed"], a["lost"], a["replayed"], a["upstream"]) == (20, 30, 0, 10, 0)
+    assert a["sink_total"] == 32 and a["committed_batch"] == 1 and a["lag_records"] == 8
+    m = snap["at-most-once"]
+    # truth: ids at offsets 5..21 = t-5..t-19 (15) + t-0, t-1 again = 17 distinct
+    # covered: 5..8 (t-5..t-8) and 18..21 (t-18, t-19, t-0, t-1): 8 ids; lost: 9
+    assert (m["truth"], m["observed"], m["lost"], m["duplicated"]) == (17, 8, 9, 0)
+    assert m["fraud_truth"] == sum(1 for i in list(range(5, 20)) + [0] if i % 4 == 0)
+
+    assert audit.record(store, audit.Auditor(s, store).snapshot()) == 2 + 6
+    row = store.execute("SELECT replayed, lag_records FROM audit WHERE guarantee = 'at-least-once' "
+                        "AND metric = 'processed'").fetchone()
+    assert row == (10, 8)
 
 
 def test_cli_prints_one_json_line_last(kafka, settings, topic, tmp_path):
-    s = _settings(settings, topic, tmp_path / "cli.db")
-    produce(kafka, s.topics.decisions, [decision(i, True) for i in range(3)])
+    s = _settings(settings, topic, tmp_path)
+    produce(s.topics.decisions, [decision(i, True) for i in range(3)])
     env = dict(os.environ, TOPIC_DECISIONS=s.topics.decisions, TOPIC_TRANSACTIONS=s.topics.transactions,
-               TOPIC_LABELS=s.topics.labels, CARDSTREAM_DB=str(s.store_path), PYTHONPATH=str(ROOT))
+               TOPIC_LABELS=s.topics.labels, CARDSTREAM_DB=str(s.store_path), PYTHONPATH=str(ROOT),
+               CHECKPOINT_ROOT=str(s.checkpoint_root))
     out = subprocess.run([sys.executable, "-m", "pipelines.audit", "--json", "--record"], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     snap = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(snap) == {"fraud", "usage"}
-    assert snap["usage"]["at-least-once"]["truth"] == 3 and snap["usage"]["at-least-once"]["lost"] == 3
-    assert snap["usage"]["exactly-once"]["fraud_truth"] == 3
+    alo = snap["usage"]["at-least-once"]
+    # nothing has run: nothing is owed, all three records are lag
+    assert (alo["truth"], alo["lost"], alo["lag_records"]) == (0, 0, 3)

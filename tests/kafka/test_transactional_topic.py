@@ -1,0 +1,62 @@
+"""The exactly-once Kafka writer of the fraud job, against the real broker: one transaction per
+batch with its marker, replays skipped, a newer instance fencing an older one at the broker."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infra import kafka_client
+from pipelines.fraud.sinks import Fenced, TransactionalTopic
+
+
+def read_committed(topic: str) -> list[dict]:
+    c = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=3_000,
+                              isolation_level="read_committed", group_id=None)
+    try:
+        return [json.loads(r.value) for r in c]
+    finally:
+        c.close()
+
+
+def records(batch: int, n: int = 3) -> list[tuple[bytes, bytes]]:
+    return [(f"t-{batch}-{i}".encode(), json.dumps({"txn_id": f"t-{batch}-{i}"}).encode()) for i in range(n)]
+
+
+def test_each_batch_once_replays_skipped_and_a_zombie_fenced_at_the_broker(kafka, settings, topic):
+    out, markers = topic("dec"), topic("marks")
+    first = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    assert first.write(0, records(0)) and first.write(1, records(1))
+    assert not first.write(1, records(1)), "a batch already committed is skipped"
+
+    # a new instance on the same checkpoint: init_transactions fences the first at the broker,
+    # and it learns from the markers where the first one stopped
+    second = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    assert not second.write(1, records(1)), "the replay after a takeover is skipped too"
+    assert second.last_committed == 1
+    with pytest.raises(Fenced):
+        first.write(2, records(2, 5))
+    assert second.write(2, records(2))
+
+    # another checkpoint (batch ids restart at 0) is not confused with this one
+    other = TransactionalTopic(settings, "fraud-other", out, markers, "checkpoint-b")
+    assert other.write(0, records(9, 1))
+
+    ids = [d["txn_id"] for d in read_committed(out)]
+    assert sorted(ids) == sorted([f"t-{b}-{i}" for b in (0, 1, 2) for i in range(3)] + ["t-9-0"])
+    assert [m["batch_id"] for m in read_committed(markers) if m["checkpoint_id"] == "checkpoint-a"] == [0, 1, 2]
+    for t in (first, second, other):
+        t.close()
+
+
+def test_a_failed_send_aborts_the_transaction_and_raises(kafka, settings, topic):
+    """A record the broker refuses fails the whole batch: nothing of it becomes readable."""
+    out, markers = topic("dec"), topic("marks")
+    writer = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    too_big = (b"k", b"x" * (2 * 1024 * 1024))  # over the broker's default message size limit
+    with pytest.raises(Exception):
+        writer.write(0, records(0) + [too_big])
+    assert read_committed(out) == []
+    assert writer.write(0, records(0)), "the replay of the failed batch goes through"
+    assert len(read_committed(out)) == 3
+    writer.close()
