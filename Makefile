@@ -29,19 +29,22 @@ kafka-up: setup
 kafka-down:
 	@if [ -x $(PY) ]; then $(PY) -m infra.broker down; else echo "nothing to stop: run make setup first."; fi
 
-# The test session starts its own broker (port 19092, data under .run/test) and stops it; the
-# last line makes sure of that even when pytest itself is killed.
+# The test session starts its own broker (port 19092, data under .run/test) and stops it. The
+# last lines make sure nothing of the run is left: the broker is stopped even when pytest itself
+# was killed, and any other process of the run (a Spark JVM, a job, Streamlit, Chromium) is named
+# and stopped, which fails the run.
 test: setup browser
 	@rm -rf $(TEST_RUN_DIR)
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.broker down >/dev/null; exit $$rc
+	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.broker down >/dev/null; \
+	  $(PY) -m infra.leftovers --marker=$(TEST_RUN_DIR) --kill || rc=1; exit $$rc
 
 # The unit tier alone: no broker, no Spark, no browser (under two minutes).
 test-fast: $(VENV)/.installed
 	@$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 demo: setup
-	@$(VENV)/bin/honcho start
+	@$(PY) -m infra.procfile start
 
 clean: kafka-down
 	rm -rf .run

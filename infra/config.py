@@ -82,6 +82,7 @@ class Settings:
     # Supervisor
     restart_delay_seconds: float = 2.0
     restart_backoff_max_seconds: float = 30.0
+    stop_grace_seconds: float = 30.0  # a job stopping between batches, before it is killed
     audit_interval_seconds: float = 5.0
     jars_dir: Path = field(default=ROOT / "infra" / "jars")
     kafka_sasl_mechanism: str | None = None
@@ -151,6 +152,7 @@ def load(env: dict | None = None) -> Settings:
         jars_dir=Path(env.get("CARDSTREAM_JARS_DIR") or ROOT / "infra" / "jars").resolve(),
         restart_delay_seconds=_float(env, "RESTART_DELAY_SECONDS", 2.0),
         restart_backoff_max_seconds=_float(env, "RESTART_BACKOFF_MAX_SECONDS", 30.0),
+        stop_grace_seconds=_float(env, "STOP_GRACE_SECONDS", 30.0),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
         dashboard_refresh_seconds=_float(env, "DASHBOARD_REFRESH_SECONDS", 2.0),
         dashboard_store_timeout_ms=_int(env, "DASHBOARD_STORE_TIMEOUT_MS", 1000),

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 
 from controlplane.clock import now_ms
 from controlplane.store import connect
-from infra import kafka_client, logs
+from infra import broker, kafka_client, logs
 from infra.config import Settings, load
 from infra.topics import ensure_topics
+from pipelines.engine import checkpoints
 from pipelines.restarts import Backoff
 from pipelines.supervisor.auditor import LiveAuditor
 from pipelines.supervisor.faults import FaultExecutor
 from pipelines.supervisor.processes import Child, last_line, spawn, stop_all
 
 JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
-STOP_GRACE_S = 30.0      # SIGTERM, then this long, then SIGKILL
 EXIT_REFUSED = 2         # the job refused to start (its store and checkpoint disagree): no restart
 log = logging.getLogger("supervisor")
 
@@ -41,6 +41,7 @@ class Supervisor:
     job_args: dict[str, list[str]] = field(default_factory=dict)
     children: dict[str, Child] = field(default_factory=dict)
     stopping: bool = False
+    with_broker: bool = False   # start the local broker first and stop it last (make demo)
 
     def __post_init__(self):
         self.db = connect(s=self.s)
@@ -126,7 +127,29 @@ class Supervisor:
             self._write_status(child)
 
     # -- lifecycle --------------------------------------------------------------------------
+    def report_last_stop(self) -> None:
+        """Say whether each job's checkpoints end on a committed batch (a clean stop) or a batch
+        Spark will replay (the last run was cut short), from Spark's own logs."""
+        for job in self.children:
+            if job == "simulator":
+                continue
+            root = self.s.checkpoint_root
+            folders = [root / job / "decisions", root / job / "dlq"] if job == "fraud" else \
+                sorted(p for p in root.glob(f"{job}-*") if p.is_dir())
+            cut = [(f.name if job != "fraud" else f"{job}/{f.name}", checkpoints.position(f)) for f in folders]
+            cut = [(name, pos) for name, pos in cut if pos.query_id]
+            replays = [f"{name} batch {pos.planned_batch}" for name, pos in cut if pos.uncommitted]
+            if not cut:
+                log.info("%s: no checkpoint yet, starting fresh", job)
+            elif replays:
+                log.warning("%s: the last run stopped mid-batch; Spark will replay %s", job, ", ".join(replays))
+            else:
+                log.info("%s: the last run stopped cleanly (every batch committed); no replay", job)
+
     def run(self) -> None:
+        if self.with_broker:
+            broker.up(self.s, quiet=True)
+        self.report_last_stop()
         self.faults.recover_interrupted()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
@@ -148,10 +171,12 @@ class Supervisor:
     def shutdown(self) -> None:
         """Stop every child between batches (SIGTERM), SIGKILL stragglers, record the stop."""
         procs = [c.proc for c in self.children.values() if c.proc] + self.faults.wake_zombies()
-        stop_all(procs, STOP_GRACE_S)
+        stop_all(procs, self.s.stop_grace_seconds)
         for child in self.children.values():
             child.proc, child.status, child.detail = None, "stopped", "supervisor stopped"
             self._write_status(child)
+        if self.with_broker:  # last: the jobs' final commits needed it
+            broker.down(self.s, quiet=True)
         log.info("stopped")
 
 
@@ -160,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.supervisor", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", default="fraud,usage", help="comma-separated jobs to run (fraud, usage)")
     parser.add_argument("--with-simulator", action="store_true", help="also run the simulator")
+    parser.add_argument("--with-broker", action="store_true",
+                        help="start the local Kafka broker first and stop it last")
     for job, example in (("fraud", "--mode microbatch"), ("usage", "--guarantee exactly-once"),
                          ("simulator", "--rate 200")):
         parser.add_argument(f"--{job}-args", default="", help=f'arguments for the {job} job, e.g. "{example}"')
@@ -171,5 +198,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.with_simulator:
         jobs.append("simulator")
     job_args = {job: shlex.split(getattr(args, f"{job}_args")) for job in JOB_MODULES}
-    Supervisor(load(), jobs, job_args).run()
+    Supervisor(load(), jobs, job_args, with_broker=args.with_broker).run()
     return 0

@@ -210,19 +210,20 @@ def test_crash_after_sink_and_a_broker_outage_longer_than_the_delivery_timeout(k
     crashed = job.rows("SELECT batch_id, count(*) AS n FROM sink_batches WHERE sink = 'fraud' GROUP BY batch_id")
     assert crashed, "the batch was written to the sinks before the kill"
 
+    later = [txn(f"d-{i}", f"card-{i % 50}", t0 + 500_000 + i * 1_000) for i in range(3_000)]
+    produce(kafka, job.tx, later)
     proc = job.start("--max-offsets-per-trigger", "100")
     try:
-        _wait_for(lambda: job.count() == len(first), 240, "every first transaction decided")
+        _wait_for(lambda: job.count() > len(first) + 300, 240, "the backlog being worked through")
         skipped = job.rows("SELECT batch_id FROM sink_batches WHERE sink = 'fraud' AND outcome = 'skipped'")
         assert skipped, "the replay of the crashed batch is recognised and skipped"
-        broker.down(settings, quiet=True)
+        broker.down(settings, quiet=True)  # mid-backlog: a batch's sends are in flight
         time.sleep(10)  # longer than the 4 s delivery timeout
         broker.up(settings, quiet=True)
-        later = [txn(f"d-{i}", f"card-{i % 50}", t0 + 500_000 + i * 1_000) for i in range(200)]
-        produce(kafka, job.tx, later)
-        _wait_for(lambda: job.count() == len(first) + len(later), 240, "every later transaction decided")
+        _wait_for(lambda: job.count() == len(first) + len(later), 300, "every transaction decided")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
+    assert "restarting it from its checkpoint" in out, "the outage failed a batch, which was replayed"
     on_kafka = [d["txn_id"] for d in consume(kafka, job.dec)]
     assert sorted(on_kafka) == sorted(t["txn_id"] for t in first + later), out[-2000:]

@@ -41,11 +41,15 @@ def test_deleted_checkpoint_with_kept_store_is_refused_then_reset(kafka, topic, 
         row = db.execute("SELECT processed FROM usage_counts WHERE guarantee = 'exactly-once'").fetchone()
         return row[0] if row else 0
 
-    def run_until_counted(*extra):
+    def checkpoints():
+        return {r[0] for r in db.execute("SELECT DISTINCT checkpoint_id FROM sink_batches").fetchall()}
+
+    def run_until_counted(*extra, not_under=frozenset()):
         proc = subprocess.Popen(argv + list(extra), env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         try:
-            wait_for(lambda: count() >= 300, 180, "300 counted")
+            wait_for(lambda: count() >= 300 and checkpoints() and not checkpoints() & not_under, 180,
+                     "300 counted under a new checkpoint")
             time.sleep(2)  # a replay or a second pass would show up here
         finally:
             proc.terminate()
@@ -54,6 +58,7 @@ def test_deleted_checkpoint_with_kept_store_is_refused_then_reset(kafka, topic, 
 
     run_until_counted()
     assert count() == 300
+    first = checkpoints()
 
     shutil.rmtree(tmp_path / "cp" / "usage-exactly-once")
     refused = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
@@ -62,5 +67,5 @@ def test_deleted_checkpoint_with_kept_store_is_refused_then_reset(kafka, topic, 
     assert "make clean" in said and "--reset-sink" in said and "usage-exactly-once" in said
     assert count() == 300, "a refused start changes nothing"
 
-    run_until_counted("--reset-sink")
+    run_until_counted("--reset-sink", not_under=first)
     assert count() == 300, "reset clears the sink and its checkpoint together: counted once again"
