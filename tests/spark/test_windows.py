@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, defaultdict
 
-from bench.guarantees import decision, produce
+from tests.harness.jobs import decision, produce
 from controlplane import fencing
 from pipelines.usage.job import windows
 
@@ -70,7 +70,7 @@ def test_windows_match_a_python_recomputation_and_count_late_events(kafka, spark
     p3 = events(4, [100, 104, 108, 110]) + [p1[0]]             # on time, plus a duplicate of p1's first
     try:
         for phase in (p1, p2, p3_late + p3):
-            produce(kafka, name, [{k: v for k, v in e.items() if k != "_late"} for e in phase])
+            produce(settings, name, [{k: v for k, v in e.items() if k != "_late"} for e in phase])
             query.processAllAvailable()
     finally:
         query.stop()
