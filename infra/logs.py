@@ -14,5 +14,8 @@ FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 def setup(level: str | None = None) -> None:
     logging.basicConfig(level=(level or os.environ.get("CARDSTREAM_LOG_LEVEL") or "INFO").upper(),
                         format=FORMAT, force=True)
-    for noisy in ("kafka", "py4j", "urllib3", "pyspark"):
+    for noisy in ("py4j", "urllib3", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # kafka-python logs its own retries (metadata refreshes, slow selector tasks) as warnings and
+    # errors; what matters reaches us as exceptions from the calls, which we log ourselves
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)

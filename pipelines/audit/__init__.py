@@ -91,10 +91,8 @@ class Auditor:
     def _checkpoint(self, name: str):
         return self.s.checkpoint_root / name
 
-    def usage(self, policy: guarantees.Guarantee, now: int) -> dict:
+    def usage(self, policy: guarantees.Guarantee, pos: checkpoints.Position, rows: list[dict], now: int) -> dict:
         topic = self.s.topics.decisions
-        pos = checkpoints.position(self._checkpoint(policy.query))
-        rows = ledger.batches(self.db, policy.query)
         apps = applications(rows, topic, pos.query_id, pos.committed_batch)
         first = self.db.execute("SELECT offsets FROM usage_starts WHERE guarantee = ? AND topic = ?",
                                 [policy.name, topic]).fetchone()
@@ -107,17 +105,11 @@ class Auditor:
                    sink_total=guarantees.counts(self.db).get(policy.name, {}).get("processed", 0))
         return out
 
-    def fraud(self, now: int) -> dict:
+    def fraud(self, pos: checkpoints.Position, now: int) -> dict:
         topic = self.s.topics.transactions
         checkpoint = self._checkpoint(FRAUD) / "decisions"
-        pos = checkpoints.position(checkpoint)
         start = checkpoints.initial_offsets(checkpoint).get(topic, {})
         end = pos.committed_offsets.get(topic, {})
-        for rowid, txn_id, batch_id, fraud in self.db.execute(
-                "SELECT rowid, txn_id, batch_id, is_fraud FROM decisions WHERE rowid > ? ORDER BY rowid",
-                [self._store_rowid]).fetchall():
-            self._store[self.ids.code(txn_id)] = (batch_id, bool(fraud))
-            self._store_rowid = rowid
         truth, lag_records, oldest = set(), 0, None
         for p, part in self.transactions.partitions().items():
             truth.update(part.codes[part.between(start.get(p, 0), end.get(p, 0))].tolist())
@@ -147,13 +139,30 @@ class Auditor:
         }
 
     def snapshot(self) -> dict:
-        """Truth vs observed for the fraud job and each usage guarantee, as one dict."""
+        """Truth vs observed for the fraud job and each usage guarantee, as one dict.
+
+        The order makes the cut consistent: each query's committed position first, then the sinks
+        (everything up to a committed batch was written before its commit), then the topics,
+        read to their ends now, which lie at or beyond every committed offset.
+        """
+        fraud_pos = checkpoints.position(self._checkpoint(FRAUD) / "decisions")
+        usage_pos = {g: checkpoints.position(self._checkpoint(p.query)) for g, p in guarantees.POLICIES.items()}
+        ledgers = {g: ledger.batches(self.db, p.query) for g, p in guarantees.POLICIES.items()}
+        self._read_store()
         self.label_log.read()
         self.transactions.read()
         self.decisions.read()
         now = now_ms()
-        return {"fraud": self.fraud(now),
-                "usage": {g: self.usage(p, now) for g, p in guarantees.POLICIES.items()}}
+        return {"fraud": self.fraud(fraud_pos, now),
+                "usage": {g: self.usage(p, usage_pos[g], ledgers[g], now) for g, p in guarantees.POLICIES.items()}}
+
+    def _read_store(self) -> None:
+        """The store's decisions since the last read (txn_id -> batch id, is_fraud)."""
+        for rowid, txn_id, batch_id, fraud in self.db.execute(
+                "SELECT rowid, txn_id, batch_id, is_fraud FROM decisions WHERE rowid > ? ORDER BY rowid",
+                [self._store_rowid]).fetchall():
+            self._store[self.ids.code(txn_id)] = (batch_id, bool(fraud))
+            self._store_rowid = rowid
 
 
 def snapshot(s: Settings | None = None, db=None) -> dict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from controlplane import fencing
 from pipelines.restarts import Backoff, first_line
@@ -56,9 +57,22 @@ class QueryRunner:
                 self.queries[name] = self.starters[name](restart=True)
         return 0
 
-    def stop(self) -> None:
+    def stop(self, between_batches_s: float = 20.0) -> None:
+        """Stop each query between two batches when it can: `stop()` cancels a running batch
+        (which the next run then replays), so wait up to `between_batches_s` for the query to be
+        idle between triggers first."""
+        deadline = time.monotonic() + between_batches_s
         for query in self.queries.values():
             try:
+                while query.isActive and _trigger_active(query) and time.monotonic() < deadline:
+                    time.sleep(0.02)
                 query.stop()
             except Exception:  # noqa: BLE001 - stopping anyway
                 pass
+
+
+def _trigger_active(query) -> bool:
+    try:
+        return bool(query.status.get("isTriggerActive"))
+    except Exception:  # noqa: BLE001 - not a StreamingQuery (the real-time wrapper), or gone
+        return False
