@@ -1,13 +1,15 @@
-"""The foundation: a real broker, the store, and Kafka -> Spark Structured Streaming -> SQLite."""
+"""The foundation: a real broker, and Kafka -> Spark Structured Streaming -> SQLite."""
 from __future__ import annotations
 
 import json
 import subprocess
 
-from kafka import KafkaProducer
-
-from infra import broker
+from controlplane.store import transaction
+from infra import broker, kafka_client
+from infra.contracts import TRANSACTION_FIELDS
 from pipelines.engine.sources import parse_transactions, read_kafka
+
+FIELDS = dict(TRANSACTION_FIELDS)  # the test's own landing table: the store has no raw transactions
 
 
 def test_broker_is_a_real_kafka_process(kafka, settings):
@@ -27,12 +29,6 @@ def test_broker_up_is_idempotent(kafka, settings):
     assert broker.broker_pids(settings) == before
 
 
-def test_store_is_wal_and_owns_its_tables(store):
-    assert store.journal_mode == "wal"
-    assert {"decisions", "commands", "usage_counts", "batch_progress"} <= set(store.table_names())
-    assert store["decisions"].pks == ["txn_id"]
-
-
 def _transactions(n):
     return [{"txn_id": f"tx-{i}", "card_id": f"card-{i % 7}", "merchant_id": f"m-{i % 3}",
              "amount_cents": 100 + i, "currency": "EUR", "lat": 52.0 + i / 100, "lon": 4.0,
@@ -40,33 +36,31 @@ def _transactions(n):
             for i in range(n)]
 
 
-def test_streaming_query_lands_kafka_json_in_the_store(kafka, spark, topic, store, tmp_path):
+def test_streaming_query_lands_kafka_json_in_the_store(kafka, spark, topic, store, settings, tmp_path):
     name = topic("smoke")
     sent = _transactions(50)
-    producer = KafkaProducer(bootstrap_servers=kafka, acks="all",
-                             value_serializer=lambda v: json.dumps(v).encode())
+    producer = kafka_client.producer(settings, acks="all")
     for txn in sent:
-        producer.send(name, key=txn["card_id"].encode(), value=txn)
-    producer.send(name, value={"txn_id": "bad", "amount_cents": "lots"})
+        producer.send(name, key=txn["card_id"].encode(), value=json.dumps(txn).encode())
+    producer.send(name, value=json.dumps({"txn_id": "bad", "amount_cents": "lots"}).encode())
     producer.flush()
     producer.close()
 
     def land(batch, batch_id):
         rows = [r.asDict() for r in batch.collect()]
-        good = [{k: v for k, v in r.items() if k in store["transactions_raw"].columns_dict}
-                for r in rows if r["dlq_reason"] is None]
-        with store.conn:
-            store["transactions_raw"].upsert_all(good, pk="txn_id")
+        good = [{k: r[k] for k in FIELDS} for r in rows if r["dlq_reason"] is None]
+        with transaction(store):
+            store["landed"].upsert_all(good, pk="txn_id", columns=FIELDS)
         bad.extend(r["dlq_reason"] for r in rows if r["dlq_reason"] is not None)
 
     bad: list[str] = []
-    query = (parse_transactions(read_kafka(spark, name))
+    query = (parse_transactions(read_kafka(spark, name, settings))
              .writeStream.foreachBatch(land)
              .option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert query.exception() is None
 
-    landed = sorted(store["transactions_raw"].rows, key=lambda r: int(r["txn_id"].split("-")[1]))
+    landed = sorted(store["landed"].rows, key=lambda r: int(r["txn_id"].split("-")[1]))
     assert landed == sent
     assert bad == ["missing field card_id"]

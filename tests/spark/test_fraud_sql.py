@@ -10,7 +10,7 @@ import pytest
 from infra.contracts import ANALYZERS
 from pipelines.fraud.aggregator import aggregate, aggregate_columns
 from pipelines.fraud.analyzers import score_transaction
-from pipelines.fraud.job import profile_to_row
+from pipelines.fraud.state import profile_to_row
 
 T0 = 1_700_000_000_000
 PARIS, NEW_YORK, LYON = (48.8566, 2.3522), (40.7128, -74.0060), (45.764, 4.8357)

@@ -1,115 +1,47 @@
-"""Event-time windows on real Kafka and Spark equal a plain-Python recomputation; late events counted."""
+"""The windows query's per-batch aggregation (`windows.batch_results`) on a static frame in Spark:
+panes, sessions, late rows and decisions without an event time, against plain Python."""
 from __future__ import annotations
 
-import dataclasses
-from collections import Counter, defaultdict
-
-from tests.harness.jobs import decision, produce
-from controlplane import fencing
-from pipelines.usage.job import windows
+from pipelines.usage import windows
 
 BASE = 1_700_000_040_000  # a whole minute
-S = 1000
-GAP_S, WATERMARK_S = 60, 30
+S, MIN = 1000, 60_000
 
 
-def events(phase: int, offsets_s: list[int], cards: int = 4, late: bool = False) -> list[dict]:
-    out = []
-    for k, off in enumerate(offsets_s):
-        d = decision(phase * 1000 + k, k % 3 == 0, event_time=BASE + off * S, card=f"card-{k % cards}")
-        out.append(dict(d, _late=late))
-    return out
+def frame(spark, rows):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(rows, "card_id string, event_time long, is_fraud boolean")
+    return df.withColumn("event_ts", F.timestamp_millis("event_time"))
 
 
-def expected(on_time: list[dict], late: list[dict]):
-    fixed = Counter()
-    for e in on_time:
-        t, f = e["event_time"], int(e["is_fraud"])
-        m = t - t % 60_000
-        fixed[("tumbling", "all", m, m + 60_000, "n")] += 1
-        fixed[("tumbling", "all", m, m + 60_000, "f")] += f
-        for k in range(5):
-            s = m - k * 60_000
-            fixed[("sliding", "all", s, s + 300_000, "n")] += 1
-            fixed[("sliding", "all", s, s + 300_000, "f")] += f
-    rows = {(kind, key, s, e): (fixed[(kind, key, s, e, "n")], fixed[(kind, key, s, e, "f")])
-            for kind, key, s, e, what in fixed if what == "n"}
-    per_card = defaultdict(list)
-    for e in on_time:
-        per_card[e["card_id"]].append((e["event_time"], int(e["is_fraud"])))
-    for card, evs in per_card.items():
-        evs.sort()
-        start, last, n, f = evs[0][0], evs[0][0], 0, 0
-        for t, fr in evs:
-            if t >= last + GAP_S * S:
-                rows[("session", card, start, last + GAP_S * S)] = (n, f)
-                start, n, f = t, 0, 0
-            last, n, f = t, n + 1, f + fr
-        rows[("session", card, start, last + GAP_S * S)] = (n, f)
-    lates = Counter()
-    for e in late:
-        t = e["event_time"]
-        m = t - t % 60_000
-        lates[("tumbling", m)] += 1
-        lates[("session", m)] += 1
-        for k in range(5):
-            lates[("sliding", m - k * 60_000)] += 1
-    return rows, dict(lates)
+def test_batch_results_match_python_and_count_late_rows(spark):
+    rows = [("a", BASE + 0 * S, True), ("a", BASE + 20 * S, False), ("b", BASE + 50 * S, False),
+            ("a", BASE + 130 * S, True),                               # a new session for a (gap 60 s)
+            ("b", BASE - 40 * S, True), ("b", BASE - 90 * S, False),   # behind the watermark: late
+            ("c", None, True)]                                          # no event time: in no window
+    watermark = BASE - 30 * S
+    fixed, sessions, late, max_event = windows.batch_results(frame(spark, rows), watermark, 60)
+
+    assert max_event == BASE + 130 * S
+    tumbling = {(w.start, w.end): (w.processed, w.fraud) for w in fixed if w.kind == "tumbling"}
+    assert tumbling == {(BASE, BASE + MIN): (3, 1), (BASE + 2 * MIN, BASE + 3 * MIN): (1, 1)}
+    sliding = {w.start: (w.processed, w.fraud) for w in fixed if w.kind == "sliding"}
+    assert sliding[BASE] == (4, 2) and sliding[BASE - 4 * MIN] == (3, 1) and sliding[BASE + 2 * MIN] == (1, 1)
+    assert len(sliding) == 7  # panes BASE and BASE+2min: starts BASE-4min .. BASE+2min
+    got_sessions = sorted((w.key, w.start, w.end, w.processed, w.fraud) for w in sessions)
+    assert got_sessions == [("a", BASE, BASE + 80 * S, 2, 1), ("a", BASE + 130 * S, BASE + 190 * S, 1, 1),
+                            ("b", BASE + 50 * S, BASE + 110 * S, 1, 0)]
+    late_by = {(kind, start): n for kind, start, n in late}
+    # the two late rows fall in the panes BASE-1min and BASE-2min
+    assert late_by[("tumbling", BASE - MIN)] == 1 and late_by[("tumbling", BASE - 2 * MIN)] == 1
+    assert late_by[("session", BASE - MIN)] == 1 and late_by[("session", BASE - 2 * MIN)] == 1
+    assert sum(n for kind, _, n in late if kind == "sliding") == 2 * 5
 
 
-def test_windows_match_a_python_recomputation_and_count_late_events(kafka, spark, topic, store, settings,
-                                                                   tmp_path):
-    name = topic("decisions-windows")
-    s = dataclasses.replace(settings, watermark_seconds=WATERMARK_S, session_gap_seconds=GAP_S)
-    epoch = fencing.take_lease(store, "usage")
-    query = windows.start_query(spark, s, epoch, store, checkpoint=str(tmp_path / "cp"), topic=name,
-                                trigger_seconds=0.2)
-    p1 = events(1, list(range(0, 26, 2)))                      # [0, 25] s: on time
-    p2 = events(2, list(range(70, 96, 3)))                     # merges with p1 sessions (gap 45 s < 60 s)
-    p3_late = events(3, [10, 12, 14, 50, 55], late=True)       # behind the watermark (>= base+65 s)
-    p3 = events(4, [100, 104, 108, 110]) + [p1[0]]             # on time, plus a duplicate of p1's first
-    try:
-        for phase in (p1, p2, p3_late + p3):
-            produce(settings, name, [{k: v for k, v in e.items() if k != "_late"} for e in phase])
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    assert query.exception() is None
-
-    on_time = {e["txn_id"]: e for e in p1 + p2 + p3}.values()  # the duplicate counts once
-    want_rows, want_late = expected(list(on_time), p3_late)
-    got_rows = {(r["kind"], r["key"], r["window_start"], r["window_end"]): (r["processed"], r["fraud"])
-                for r in store["windows"].rows}
-    got_late = {(r["kind"], r["window_start"]): r["count"] for r in store["late_events"].rows}
-    assert got_rows == want_rows
-    assert got_late == want_late and sum(v for (k, _), v in got_late.items() if k == "tumbling") == 5
-    sessions = [k for k in got_rows if k[0] == "session"]
-    assert any(end - start > 60 * S + 45 * S for _, _, start, end in sessions)  # merged across batches
-
-
-def test_a_replayed_batch_changes_no_window(store):
-    epoch = fencing.take_lease(store, "usage")
-    row = windows.WindowRow("tumbling", "all", BASE, BASE + 60_000, 3, 1)
-    sess = windows.WindowRow("session", "card-1", BASE, BASE + 61_000, 2, 0)
-    from controlplane.store import transaction
-
-    for _ in range(2):
-        with transaction(store) as conn:
-            windows.apply_batch(conn, 7, [row], [sess], [("tumbling", BASE, 1)], BASE + 1000, 30, epoch)
-    assert [(r["processed"], r["fraud"]) for r in store["windows"].rows] == [(3, 1), (2, 0)]
-    assert [r["count"] for r in store["late_events"].rows] == [1]
-
-
-def test_overlapping_sessions_of_a_card_merge(store):
-    from controlplane.store import transaction
-
-    epoch = fencing.take_lease(store, "usage")
-    a = windows.WindowRow("session", "c", BASE, BASE + 70_000, 2, 0)            # events at 0 s, 10 s
-    b = windows.WindowRow("session", "c", BASE + 200_000, BASE + 260_000, 1, 1)  # event at 200 s
-    bridge = windows.WindowRow("session", "c", BASE + 65_000, BASE + 205_000, 3, 0)  # 65 s .. 145 s
-    with transaction(store) as conn:
-        windows.apply_batch(conn, 0, [], [a, b], [], None, 30, epoch)
-    with transaction(store) as conn:
-        windows.apply_batch(conn, 1, [], [bridge], [], None, 30, epoch)
-    rows = [(r["window_start"], r["window_end"], r["processed"], r["fraud"]) for r in store["windows"].rows]
-    assert rows == [(BASE, BASE + 260_000, 6, 1)]
+def test_without_a_watermark_nothing_is_late(spark):
+    rows = [("a", BASE - 10 * MIN, False), ("a", BASE, True)]
+    fixed, sessions, late, max_event = windows.batch_results(frame(spark, rows), None, 60)
+    assert late == [] and max_event == BASE
+    assert sum(w.processed for w in fixed if w.kind == "tumbling") == 2
+    assert len(sessions) == 2  # ten minutes apart: two sessions of card a

@@ -1,6 +1,7 @@
-"""The benchmark runner's plain parts: figures summarised and rendered, latencies from commits, and
-the command line's answers to bad arguments. No Kafka, no Spark: the scenarios themselves are
-benchmarks, run with `python -m bench`, not tests."""
+"""The benchmark runner's plain parts: figures summarised and rendered, latencies from commits, the
+latency bench's percentiles and detection quality, and the command line's answers to bad
+arguments. No Kafka, no Spark: the scenarios themselves are benchmarks, run with `python -m
+bench`, not tests."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import sys
 
 from bench.all import flatten, render_markdown, summarize
 from bench.common import commit_latencies, fraud_in, pct, record
+from bench.latency import latency_figures, percentile, quality
 from infra.config import ROOT
 
 
@@ -73,3 +75,28 @@ def test_bench_all_refuses_bad_arguments_in_one_sentence():
     assert r.returncode != 0 and "unknown scenario(s) in --only: nope; known:" in r.stderr
     r = run_bench("all", "--repeat", "0")
     assert r.returncode != 0 and "--repeat must be 1 or more" in r.stderr
+
+
+def test_percentile_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
+    assert percentile([], 50) is None
+
+
+def test_latency_figures_use_the_first_decision_and_the_measured_window():
+    decisions = [{"txn_id": "a", "produced_at": 100, "decided_at": 110},
+                 {"txn_id": "a", "produced_at": 100, "decided_at": 500},   # a replayed duplicate
+                 {"txn_id": "b", "produced_at": 10, "decided_at": 20}]     # warm-up: not measured
+    f = latency_figures(decisions, since_ms=50)
+    assert f["measured"] == 1 and f["p99_ms"] == 10 and f["max_ms"] == 10
+
+
+def test_quality_counts_precision_and_recall_against_labels():
+    labels = [{"txn_id": "1", "is_fraud": True, "pattern": "spend-spike"},
+              {"txn_id": "2", "is_fraud": True, "pattern": "card-testing"},
+              {"txn_id": "3", "is_fraud": False, "pattern": "normal"},
+              {"txn_id": "4", "is_fraud": False, "pattern": "bad:bad-json"}]
+    decisions = [{"txn_id": "1", "is_fraud": True}, {"txn_id": "2", "is_fraud": False},
+                 {"txn_id": "3", "is_fraud": True}]
+    q = quality(decisions, labels)
+    assert q["precision"] == 0.5 and q["recall"] == 0.5 and q["labelled"] == 3

@@ -1,13 +1,14 @@
-"""Plain-Python pieces of the fraud job and its latency bench: no Spark, no Kafka."""
+"""Plain-Python pieces of the fraud job (state codec, bucket scoring, sink records, CLI): no Spark, no Kafka."""
 from __future__ import annotations
 
 import pytest
 
-from bench.latency import latency_figures, percentile, quality
 from infra.config import load
 from infra.contracts import DECISION_FIELDS
 from pipelines.fraud.analyzers import CardProfile, ProximityState, TicketState, VelocityState
-from pipelines.fraud.job import decision_records, parse_args, profile_from_row, profile_to_row
+from pipelines.fraud.job import parse_args
+from pipelines.fraud.sinks import decision_records
+from pipelines.fraud.state import profile_from_row, profile_to_row
 
 
 def test_profile_round_trips_through_the_state_row():
@@ -35,38 +36,13 @@ def test_bad_arguments_are_one_clear_error(capsys):
     assert parse_args([], load()).mode == "microbatch"
 
 
-def test_percentile_nearest_rank():
-    values = list(range(1, 101))
-    assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
-    assert percentile([], 50) is None
-
-
-def test_latency_figures_use_the_first_decision_and_the_measured_window():
-    decisions = [{"txn_id": "a", "produced_at": 100, "decided_at": 110},
-                 {"txn_id": "a", "produced_at": 100, "decided_at": 500},   # a replayed duplicate
-                 {"txn_id": "b", "produced_at": 10, "decided_at": 20}]     # warm-up: not measured
-    f = latency_figures(decisions, since_ms=50)
-    assert f["measured"] == 1 and f["p99_ms"] == 10 and f["max_ms"] == 10
-
-
-def test_quality_counts_precision_and_recall_against_labels():
-    labels = [{"txn_id": "1", "is_fraud": True, "pattern": "spend-spike"},
-              {"txn_id": "2", "is_fraud": True, "pattern": "card-testing"},
-              {"txn_id": "3", "is_fraud": False, "pattern": "normal"},
-              {"txn_id": "4", "is_fraud": False, "pattern": "bad:bad-json"}]
-    decisions = [{"txn_id": "1", "is_fraud": True}, {"txn_id": "2", "is_fraud": False},
-                 {"txn_id": "3", "is_fraud": True}]
-    q = quality(decisions, labels)
-    assert q["precision"] == 0.5 and q["recall"] == 0.5 and q["labelled"] == 3
-
-
 def test_a_bucket_scores_each_card_in_event_order_and_forgets_idle_cards():
     import json
 
     import pandas as pd
 
     from pipelines.fraud.analyzers import score_transaction
-    from pipelines.fraud.job import TXN_COLUMNS, score_bucket
+    from pipelines.fraud.state import TXN_COLUMNS, score_bucket
 
     def txn(i, card, t, amount=1000, lat=48.85, lon=2.35):
         return {"txn_id": f"t{i}", "card_id": card, "merchant_id": "m", "amount_cents": amount, "lat": lat,

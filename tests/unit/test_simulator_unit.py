@@ -13,10 +13,10 @@ import random
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from infra.config import ROOT
 from infra.contracts import LABEL_FIELDS, TRANSACTION_FIELDS
 from controlplane import commands
 from pipelines.fraud.aggregator import aggregate
@@ -28,7 +28,6 @@ from simulator.producer import _varint
 from simulator.runner import Simulator
 from simulator.stream import Stream
 
-ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000
 FRAUD = set(P.FRAUD_PATTERNS)
 
@@ -216,7 +215,7 @@ def test_control_claims_its_commands_from_the_store_once(store):
     stream = Stream(1, 100, start_ms=T0)
     sim = Simulator(stream, producer=None, topic="t", labels_topic="l", rate=100)
     ok = commands.issue(store, "bad-input", "simulator", count=3)
-    failed = commands.issue(store, "set-rate", "simulator", rate=-5)
+    failed = commands.issue(store, "set-rate", "simulator", rate=0)  # in the catalogue's range, not the simulator's
     other = commands.issue(store, "crash", "usage")
     control = Control(store)
     assert [(i, o) for i, o, _ in control.poll(sim)] == [(ok, True), (failed, False)]

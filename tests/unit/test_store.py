@@ -10,9 +10,10 @@ import sqlite_utils
 from controlplane import store as st
 
 
-def test_a_fresh_store_has_every_declared_table_column_and_key(tmp_path):
+def test_a_fresh_store_is_wal_and_has_every_declared_table_column_and_key(tmp_path):
     db = st.connect(tmp_path / "fresh.db")
     assert db.journal_mode == "wal"
+    assert db["decisions"].pks == ["txn_id"]
     for name, (columns, pk) in st.TABLES.items():
         assert set(columns) <= set(db[name].columns_dict), name
         want = [pk] if isinstance(pk, str) else list(pk or [])
