@@ -89,6 +89,8 @@ class Settings:
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
+    topic_replication: int = 1
+    topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
     kafka_delivery_timeout_ms: int = 120_000
 
@@ -133,6 +135,8 @@ def load(env: dict | None = None) -> Settings:
         kafka_sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
         kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
+        topic_replication=_int(env, "TOPIC_REPLICATION", 1),
+        topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
         spark_master=env.get("SPARK_MASTER", "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 4),
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),

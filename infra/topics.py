@@ -1,4 +1,9 @@
-"""Create the Kafka topics CardStream uses, with the configured partition count."""
+"""Create the Kafka topics CardStream uses: partitions, replication and retention from the settings.
+
+Every topic stamps its records with the broker's clock (`message.timestamp.type=LogAppendTime`):
+a decision's latency is then one clock's difference, the decision's append time minus its
+transaction's, and the audit's lag in seconds is measured the same way.
+"""
 from __future__ import annotations
 
 from kafka.admin import NewTopic
@@ -6,6 +11,11 @@ from kafka.errors import TopicAlreadyExistsError
 
 from infra import kafka_client
 from infra.config import Settings, load
+
+
+def configs(s: Settings) -> dict[str, str]:
+    return {"message.timestamp.type": "LogAppendTime",
+            "retention.ms": str(int(s.topic_retention_hours * 3_600_000))}
 
 
 def ensure_topics(names: list[str] | None = None, partitions: int | None = None,
@@ -19,7 +29,8 @@ def ensure_topics(names: list[str] | None = None, partitions: int | None = None,
         missing = [n for n in names if n not in set(admin.list_topics())]
         if missing:
             try:
-                admin.create_topics([NewTopic(n, partitions or t.partitions, 1) for n in missing])
+                admin.create_topics([NewTopic(n, partitions or t.partitions, s.topic_replication, topic_configs=configs(s))
+                                     for n in missing])
             except TopicAlreadyExistsError:
                 pass
         return missing
