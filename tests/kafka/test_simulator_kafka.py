@@ -12,25 +12,24 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from controlplane import commands
 from controlplane.store import connect
+from infra import kafka_client
+from infra.config import ROOT
 from simulator import patterns as P
 from simulator.stream import Stream
 
-ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_700_000_000_000
 FRAUD = set(P.FRAUD_PATTERNS)
 
 
-def read_all(bootstrap: str, topic: str) -> list:
+def read_all(topic: str) -> list:
     """Every record of the topic, partition by partition in offset order."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = kafka_client.consumer()
     try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        parts = [TopicPartition(topic, p) for p in kafka_client.partitions(consumer, topic)]
         end = consumer.end_offsets(parts)
         consumer.assign(parts)
         consumer.seek_to_beginning()
@@ -43,13 +42,9 @@ def read_all(bootstrap: str, topic: str) -> list:
         consumer.close()
 
 
-def held(bootstrap: str, topic: str) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-        return sum(consumer.end_offsets(parts).values())
-    finally:
-        consumer.close()
+def held(topic: str) -> int:
+    """How many records the topic holds (the sum of its end offsets)."""
+    return sum(kafka_client.end_offsets(topic).values())
 
 
 def env(**extra) -> dict:
@@ -78,7 +73,7 @@ def test_count_and_seed_give_exactly_the_seeded_stream(kafka, topic):
         assert proc.returncode == 0, proc.stderr
         totals = json.loads(proc.stdout.strip().splitlines()[-1])
         assert totals["sent"] == totals["labels_sent"] == 6000 and totals["failed"] == 0
-        runs.append((read_all(kafka, tx), read_all(kafka, labels)))
+        runs.append((read_all(tx), read_all(labels)))
 
     (tx_a, labels_a), (tx_b, labels_b) = runs
     assert len(tx_a) == len(labels_a) == len(tx_b) == len(labels_b) == 6000
@@ -116,7 +111,7 @@ def test_sigterm_mid_run_flushes_everything_counted_as_sent(kafka, topic):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env())
     try:
         deadline = time.monotonic() + 60
-        while held(kafka, tx) < 5000 and time.monotonic() < deadline:
+        while held(tx) < 5000 and time.monotonic() < deadline:
             time.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
@@ -127,8 +122,8 @@ def test_sigterm_mid_run_flushes_everything_counted_as_sent(kafka, topic):
     assert "Traceback" not in err
     totals = json.loads(out.strip().splitlines()[-1])
     assert totals["sent"] >= 5000 and totals["failed"] == 0 and totals["unacknowledged"] == 0
-    assert held(kafka, tx) == totals["sent"]
-    assert held(kafka, labels) == totals["labels_sent"] == totals["sent"]
+    assert held(tx) == totals["sent"]
+    assert held(labels) == totals["labels_sent"] == totals["sent"]
 
 
 def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_path):
@@ -159,13 +154,13 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
         time.sleep(1.5)  # the late ones are held back 0.3-0.6 s
         assert run("pause")["status"] == "done"
         time.sleep(0.5)
-        before = held(kafka, tx)
+        before = held(tx)
         time.sleep(1.5)
-        assert held(kafka, tx) == before  # nothing is sent while paused
+        assert held(tx) == before  # nothing is sent while paused
         assert run("resume")["status"] == "done"
         assert run("set-rate", rate=1500)["status"] == "done"
         time.sleep(1.0)
-        assert held(kafka, tx) > before
+        assert held(tx) > before
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -173,8 +168,8 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
             proc.kill()
     assert proc.returncode == 0, err
     totals = json.loads(out.strip().splitlines()[-1])
-    docs = [json.loads(r.value) for r in read_all(kafka, labels)]
-    assert len(docs) == totals["labels_sent"] == held(kafka, tx) == totals["sent"]
+    docs = [json.loads(r.value) for r in read_all(labels)]
+    assert len(docs) == totals["labels_sent"] == held(tx) == totals["sent"]
     assert sum(d["pattern"].startswith("bad:") for d in docs) == 25
     assert sum(d["is_late"] for d in docs) == 40
     assert not any(d["is_fraud"] for d in docs)
@@ -198,7 +193,7 @@ def test_both_producer_paths_deliver_every_record_once_where_kafka_would_put_it(
         producer.close()
         assert (totals.appended, totals.sent, totals.failed) == (1500, 1500, 0)
         assert sum(n for _, n in totals.latencies) == 1500
-        records = read_all(kafka, name)
+        records = read_all(name)
         assert sorted(json.loads(r.value)["n"] for r in records) == list(range(1500))
         expected = dict(zip(keys, partitions_for(keys, 3).tolist()))
         assert all(r.partition == expected[r.key] and r.timestamp == stamp for r in records)
