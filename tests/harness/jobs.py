@@ -82,11 +82,15 @@ class Truth:
 
 
 class Producer(threading.Thread):
-    """Keeps producing new decisions (with a duplicate now and then) until stopped."""
+    """Keeps producing new decisions until stopped; with `duplicate_rate` > 0 it also sends that
+    share of them a second time (an upstream producer's duplicates), none by default."""
 
-    def __init__(self, s: Settings | None, topic: str, truth: Truth, rate: float = 100.0, start: int = 0):
+    def __init__(self, s: Settings | None, topic: str, truth: Truth, rate: float = 100.0, start: int = 0,
+                 duplicate_rate: float = 0.0):
         super().__init__(daemon=True)
         self.s, self.topic, self.truth, self.rate = s, topic, truth, rate
+        self.duplicate_rate = duplicate_rate
+        self.duplicates = 0
         self.i = start
         self.sent_records = 0
         self.halt = threading.Event()
@@ -96,7 +100,9 @@ class Producer(threading.Thread):
         step = 10
         while not self.halt.is_set():
             batch = [decision(self.i + k, (self.i + k) % 7 == 0) for k in range(step)]
-            batch.append(batch[0])  # the fraud job writes at least once: duplicates happen
+            again = int(round((self.i + step) * self.duplicate_rate)) - int(round(self.i * self.duplicate_rate))
+            batch += batch[:again]
+            self.duplicates += again
             produce(self.s, self.topic, batch, prod)
             self.truth.add(batch)
             self.sent_records += len(batch)
