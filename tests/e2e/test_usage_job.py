@@ -35,7 +35,7 @@ class Run:
         self.records += len(batch)
 
     def producer(self) -> Producer:
-        p = Producer(None, self.topic, self.truth, rate=100, start=self.next_id)
+        p = Producer(None, self.topic, self.truth, rate=100, start=self.next_id, duplicate_rate=0.1)
         self.next_id += 1_000_000  # fresh txn_ids for whatever comes after this producer
         return p
 

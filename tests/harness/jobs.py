@@ -82,17 +82,21 @@ class Truth:
 
 
 class Producer(threading.Thread):
-    """Keeps producing new decisions until stopped; with `duplicate_rate` > 0 it also sends that
-    share of them a second time (an upstream producer's duplicates), none by default."""
+    """Keeps producing new decisions until stopped, `rate` a second.
+
+    `duplicate_rate` is the share of them sent a second time (an upstream that writes at least
+    once): 0.1 sends one of every ten twice. `duplicates` counts those second copies.
+    """
 
     def __init__(self, s: Settings | None, topic: str, truth: Truth, rate: float = 100.0, start: int = 0,
                  duplicate_rate: float = 0.0):
         super().__init__(daemon=True)
         self.s, self.topic, self.truth, self.rate = s, topic, truth, rate
         self.duplicate_rate = duplicate_rate
-        self.duplicates = 0
         self.i = start
-        self.sent_records = 0
+        self.sent_records = 0   # every record sent, second copies included
+        self.duplicates = 0
+        self._owed = 0.0
         self.halt = threading.Event()
 
     def run(self):
@@ -100,12 +104,13 @@ class Producer(threading.Thread):
         step = 10
         while not self.halt.is_set():
             batch = [decision(self.i + k, (self.i + k) % 7 == 0) for k in range(step)]
-            again = int(round((self.i + step) * self.duplicate_rate)) - int(round(self.i * self.duplicate_rate))
-            batch += batch[:again]
-            self.duplicates += again
-            produce(self.s, self.topic, batch, prod)
+            self._owed += step * self.duplicate_rate
+            again = batch[:min(step, int(self._owed))]
+            self._owed -= len(again)
+            produce(self.s, self.topic, batch + again, prod)
             self.truth.add(batch)
-            self.sent_records += len(batch)
+            self.sent_records += len(batch) + len(again)
+            self.duplicates += len(again)
             self.i += step
             self.halt.wait(step / self.rate)
         prod.close()
