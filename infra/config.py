@@ -89,6 +89,7 @@ class Settings:
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
+    fraud_rt_guarantee: str = "at-most-once"  # the real-time fraud path's (at-least-once: replays)
     topic_replication: int = 1
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
@@ -136,6 +137,7 @@ def load(env: dict | None = None) -> Settings:
         kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
         topic_replication=_int(env, "TOPIC_REPLICATION", 1),
+        fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-most-once",
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
         spark_master=env.get("SPARK_MASTER", "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 4),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -40,6 +41,7 @@ JOB = "fraud"
 EXIT_REFUSED = 2
 REALTIME_STATEFUL_TRIGGER_S = 5.0
 REALTIME_STATEFUL_MAX_OFFSETS = 500
+REALTIME_GUARANTEES = ("at-most-once", "at-least-once")
 log = logging.getLogger(JOB)
 
 
@@ -59,6 +61,7 @@ class Options:
     profile_refresh_seconds: float = 300.0
     markers_topic: str = "decisions-batches"
     realtime_topic: str = "decisions-rt"
+    guarantee: str = "at-most-once"   # the real-time path's; the stateful path is exactly once
 
 
 def parse_args(argv: list[str], s: Settings) -> Options:
@@ -76,6 +79,10 @@ def parse_args(argv: list[str], s: Settings) -> Options:
     p.add_argument("--markers-topic", default=s.topics.markers,
                    help="where each batch's marker is committed with its decisions (exactly once)")
     p.add_argument("--realtime-topic", default=s.topics.decisions_rt)
+    p.add_argument("--guarantee", choices=REALTIME_GUARANTEES, default=s.fraud_rt_guarantee,
+                   help="the real-time path's guarantee (real-time mode): at-most-once restarts from the "
+                        "latest offsets and never replays; at-least-once restarts from its checkpoint and "
+                        "replays. The stateful path decides every transaction exactly once either way.")
     p.add_argument("--checkpoint", type=Path, default=s.checkpoint_root / JOB,
                    help="this job's checkpoint folder (one sub-folder per query)")
     p.add_argument("--store", type=Path, default=s.store_path)
@@ -89,12 +96,14 @@ def parse_args(argv: list[str], s: Settings) -> Options:
         p.error("--max-offsets-per-trigger must be a positive number")
     if not 0.0 < a.threshold <= 1.0:
         p.error(f"--threshold must be in (0, 1], not {a.threshold}")
+    if a.guarantee not in REALTIME_GUARANTEES:
+        p.error(f"FRAUD_RT_GUARANTEE must be one of {', '.join(REALTIME_GUARANTEES)}, not {a.guarantee!r}")
     if a.available_now and a.mode == "realtime":
         p.error("--available-now works in micro-batch mode only")
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
                    a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
                    a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.profile_refresh_seconds,
-                   a.markers_topic, a.realtime_topic)
+                   a.markers_topic, a.realtime_topic, a.guarantee)
 
 
 def build_scored(spark, o: Options, s: Settings):
@@ -205,14 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     if o.mode == "realtime":
         from pipelines.fraud import realtime
 
-        start[realtime.QUERY] = lambda restart=False: realtime.Refreshing(spark, o, s)
+        def start_realtime(restart=False):
+            if o.guarantee == "at-most-once":  # no checkpoint kept: whatever came meanwhile is skipped
+                shutil.rmtree(o.checkpoint / "realtime", ignore_errors=True)
+            return realtime.Refreshing(spark, o, s)
+
+        start[realtime.QUERY] = start_realtime
     runner = QueryRunner(JOB, db, epoch, start, stop,
                          finished=lambda qs: o.available_now and all(
                              not q.isActive and q.exception() is None for q in qs))
     runner.start()
     faults.start()
-    log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s", o.mode, epoch, o.transactions_topic,
-             o.decisions_topic, o.store_path, o.checkpoint)
+    log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s%s", o.mode, epoch, o.transactions_topic,
+             o.decisions_topic, o.store_path, o.checkpoint,
+             f"; real-time path {o.guarantee} -> {o.realtime_topic}" if o.mode == "realtime" else "")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
