@@ -1,7 +1,8 @@
 """Helpers shared by the limit, peer and all scenarios (not a scenario: bench/__main__ skips it).
 
 Why here: the ceilings (limit) and the peer comparison must fill topics, pace producers and turn
-sink commits into latencies the same way, or their figures could not be compared.
+sink commits into latencies the same way, or their figures could not be compared. Every Kafka
+client is built by `infra.kafka_client` from the settings, so a secured cluster works here too.
 """
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import sys
 import time
 
 import numpy as np
+
+from infra import kafka_client
+from infra.config import Settings
 
 DECISION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
             '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
@@ -40,11 +44,8 @@ def fraud_in(n: int) -> int:
 
 
 def _fill(job) -> int:
-    bootstrap, topic, kind, start, count = job
-    from kafka import KafkaProducer
-
-    prod = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=1 << 20,
-                         max_request_size=8 << 20)
+    s, topic, kind, start, count = job
+    prod = kafka_client.producer(s, acks=1, linger_ms=50, batch_size=1 << 20, max_request_size=8 << 20)
     now = int(time.time() * 1000)
     for i in range(start, start + count):
         prod.send(topic, key=b"tx-%d" % i, value=record(kind, "tx", i, now))
@@ -53,10 +54,10 @@ def _fill(job) -> int:
     return count
 
 
-def fill(bootstrap: str, topic: str, n: int, processes: int, kind: str = "decisions") -> tuple[int, float]:
+def fill(s: Settings, topic: str, n: int, processes: int, kind: str = "decisions") -> tuple[int, float]:
     """Fill `topic` with n records from `processes` kafka-python producers; (sent, seconds)."""
     per = n // processes
-    jobs = [(bootstrap, topic, kind, k * per, per if k < processes - 1 else n - per * (processes - 1))
+    jobs = [(s, topic, kind, k * per, per if k < processes - 1 else n - per * (processes - 1))
             for k in range(processes)]
     t0 = time.monotonic()
     with mp.get_context("spawn").Pool(processes) as pool:
@@ -64,24 +65,22 @@ def fill(bootstrap: str, topic: str, n: int, processes: int, kind: str = "decisi
     return sent, time.monotonic() - t0
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, append_time: bool = False) -> None:
+def create_topic(s: Settings, topic: str, partitions: int, append_time: bool = False) -> None:
     """A fresh topic; `append_time` stamps records with the broker's append time (LogAppendTime)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.admin import NewTopic
 
     configs = {"message.timestamp.type": "LogAppendTime"} if append_time else {}
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = kafka_client.admin(s)
     try:
         admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
     finally:
         admin.close()
 
 
-def delete_topics(bootstrap: str, containing: str, log=None) -> None:
+def delete_topics(s: Settings, containing: str, log=None) -> None:
     """Delete every topic whose name contains `containing` (ours and the peer's changelogs)."""
-    from kafka.admin import KafkaAdminClient
-
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = kafka_client.admin(s)
         try:
             doomed = [t for t in admin.list_topics() if containing in t]
             if doomed:
@@ -93,24 +92,10 @@ def delete_topics(bootstrap: str, containing: str, log=None) -> None:
             log(f"could not delete the bench topics ({exc})")
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        return {tp.partition: off for tp, off in consumer.end_offsets(parts).items()}
-    finally:
-        consumer.close()
-
-
-def read_stamps(bootstrap: str, topic: str, expect: int, timeout: float = 60.0) -> list[tuple[int, int, int]]:
+def read_stamps(s: Settings, topic: str, expect: int, timeout: float = 60.0) -> list[tuple[int, int, int]]:
     """(partition, offset, Kafka timestamp) of every record in `topic` (values are not decoded)."""
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, max_poll_records=50_000,
-                             fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20)
+    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", max_poll_records=50_000,
+                                     fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20)
     out: list[tuple[int, int, int]] = []
     deadline = time.monotonic() + timeout
     try:
@@ -123,10 +108,8 @@ def read_stamps(bootstrap: str, topic: str, expect: int, timeout: float = 60.0) 
 
 
 def _paced(job) -> int:
-    bootstrap, topic, prefix, rate, seconds = job
-    from kafka import KafkaProducer
-
-    prod = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=2)
+    s, topic, prefix, rate, seconds = job
+    prod = kafka_client.producer(s, acks=1, linger_ms=2)
     started_ms = int(time.time() * 1000)
     t0 = time.monotonic()
     total = int(rate * seconds)
@@ -144,13 +127,13 @@ def _paced(job) -> int:
 
 
 @contextlib.contextmanager
-def paced_producer(bootstrap: str, topic: str, prefix: str, rate: float, seconds: float):
+def paced_producer(s: Settings, topic: str, prefix: str, rate: float, seconds: float):
     """Produce `rate` decisions/s for `seconds` in a child process (not competing for our GIL);
     the async result's value is the wall-clock ms the first record was sent at."""
     ctx = mp.get_context("spawn")
     pool = ctx.Pool(1)
     try:
-        yield pool.apply_async(_paced, ((bootstrap, topic, prefix, rate, seconds),))
+        yield pool.apply_async(_paced, ((s, topic, prefix, rate, seconds),))
     finally:
         pool.terminate()
         pool.join()

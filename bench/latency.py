@@ -3,7 +3,8 @@
 Starts the broker if it is not running (and stops it afterwards if it started it), creates fresh
 topics, starts `python -m pipelines.fraud --mode M` on its own checkpoint and store, feeds it with
 `python -m simulator --rate R` for a warm-up and then S measured seconds, reads the decisions back
-from the decisions topic (first decision per txn_id: what a deduplicating reader sees) and prints
+(read_committed) from the mode's output topic (micro-batch: `decisions`; real-time: the real-time
+path's `decisions-rt`), first decision per txn_id (what a deduplicating reader sees), and prints
 as the last line {"mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms", "max_ms", ...}:
 latency = decided_at - produced_at over the transactions produced in the measured window, both
 stamped from this machine's wall clock. Precision and recall against the simulator's labels ride
@@ -22,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from infra import broker
+from infra import broker, kafka_client
 from infra.config import ROOT, load
 
 
@@ -65,23 +66,20 @@ def quality(decisions: list[dict], labels: list[dict]) -> dict:
             "recall": round(tp / (tp + fn), 4) if tp + fn else None}
 
 
-def read_topic(bootstrap: str, topic: str, idle_ms: int = 3_000) -> list[dict]:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=idle_ms, max_poll_records=5_000)
+def read_topic(s, topic: str, idle_ms: int = 3_000) -> list[dict]:
+    """Every committed record of `topic` (a transactional writer's aborted ones are never read)."""
+    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
+                                     max_poll_records=5_000, isolation_level="read_committed")
     try:
         return [json.loads(m.value) for m in consumer]
     finally:
         consumer.close()
 
 
-def prime(bootstrap: str, tx: str, dec: str, deadline: float) -> None:
+def prime(s, tx: str, dec: str, deadline: float) -> None:
     """Send a few transactions until one comes back decided: the job's first, slow batches
     (Python workers, state store, real-time tasks) are then behind us."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = kafka_client.producer(s, acks="all")
     i = 0
     try:
         while time.monotonic() < deadline:
@@ -92,7 +90,7 @@ def prime(bootstrap: str, tx: str, dec: str, deadline: float) -> None:
             producer.send(tx, key=txn["card_id"].encode(), value=json.dumps(txn).encode())
             producer.flush()
             i += 1
-            if read_topic(bootstrap, dec, 1_000):
+            if read_topic(s, dec, 1_000):
                 return
             time.sleep(1)
         raise SystemExit("bench latency: the fraud job decided nothing within 5 minutes.")
@@ -128,12 +126,13 @@ def main(argv: list[str]) -> dict:
 
     s = load()
     started_broker = not s.external_bootstrap and not broker.broker_pids(s)
-    bootstrap = broker.up(s, quiet=True)
+    broker.up(s, quiet=True)
     tag = uuid.uuid4().hex[:8]
-    tx, labels, dec, dlq = (f"bench-{name}-{tag}" for name in ("tx", "labels", "dec", "dlq"))
+    tx, labels, dec, dlq, marks, rt = (f"bench-{name}-{tag}" for name in ("tx", "labels", "dec", "dlq", "marks", "rt"))
+    out_topic = rt if args.mode == "realtime" else dec  # where this mode's decisions land
     work = s.run_dir / f"bench-latency-{tag}"
     work.mkdir(parents=True)
-    ensure_topics([tx, labels, dec, dlq], s=s)
+    ensure_topics([tx, labels, dec, dlq, marks, rt], s=s)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if args.mode == "realtime":
         # the real-time query holds one task slot per Kafka partition for its whole batch, next to
@@ -144,7 +143,8 @@ def main(argv: list[str]) -> dict:
         job_log = open(work / "job.log", "w")
         job = subprocess.Popen(
             [sys.executable, "-m", "pipelines.fraud", "--mode", args.mode, "--transactions-topic", tx,
-             "--decisions-topic", dec, "--dlq-topic", dlq, "--checkpoint", str(work / "checkpoint"),
+             "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
+             "--checkpoint", str(work / "checkpoint"),
              "--store", str(work / "store.db"), "--trigger-seconds", str(args.trigger_seconds),
              "--starting-offsets", "earliest", "--profile-refresh-seconds", "0"],
             cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> dict:
             if job.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"bench latency: the fraud job did not start; see {work / 'job.log'}")
             time.sleep(0.5)
-        prime(bootstrap, tx, dec, time.monotonic() + 300)
+        prime(s, tx, out_topic, time.monotonic() + 300)
         log(f"job up ({args.mode}); feeding {args.rate:g} tx/s for {args.warmup:g} s warm-up + "
             f"{args.seconds:g} s measured")
         total = int(args.rate * (args.warmup + args.seconds))
@@ -172,19 +172,19 @@ def main(argv: list[str]) -> dict:
         log(f"simulator done: {totals}")
         sent = int(totals.get("sent", total))
         # let the job drain, then read everything back
-        expected = len([l for l in read_topic(bootstrap, labels, 2_000)
+        expected = len([l for l in read_topic(s, labels, 2_000)
                         if not str(l.get("pattern", "")).startswith("bad:")])
         drain_deadline = time.monotonic() + 120
         decisions: list[dict] = []
         while time.monotonic() < drain_deadline:
-            decisions = [d for d in read_topic(bootstrap, dec) if not d["txn_id"].startswith("prime-")]
+            decisions = [d for d in read_topic(s, out_topic) if not d["txn_id"].startswith("prime-")]
             if len({d["txn_id"] for d in decisions}) >= expected:
                 break
             log(f"{len({d['txn_id'] for d in decisions})} of {expected} decided; waiting")
             time.sleep(3)
         decisions = [d for d in decisions if not d["txn_id"].startswith("prime-")]
         figures = latency_figures(decisions, since_ms)
-        label_rows = read_topic(bootstrap, labels, 2_000)
+        label_rows = read_topic(s, labels, 2_000)
         result = {"mode": args.mode, "rate": args.rate,
                   "achieved_rate": round(float(totals.get("achieved_rate") or sent / max(1e-9, t_end - t_start)), 1),
                   **{k: figures[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},

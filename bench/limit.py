@@ -25,18 +25,16 @@ import time
 import uuid
 
 from bench.common import create_topic, delete_topics, fill, logger, own_broker, wait_for_rows
+from infra import kafka_client
 from infra.config import load
 
 log = logger("limit")
 
 
-def consume_rate(bootstrap: str, topic: str, n: int, timeout: float) -> float:
+def consume_rate(s, topic: str, n: int, timeout: float) -> float:
     """Events/s one kafka-python consumer reads `topic` at, raw, from its first poll to record n."""
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, max_poll_records=100_000,
-                             fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20)
+    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", max_poll_records=100_000,
+                                     fetch_max_bytes=64 << 20, max_partition_fetch_bytes=16 << 20)
     try:
         got, t0 = 0, None
         deadline = time.monotonic() + timeout
@@ -98,18 +96,18 @@ def main(argv: list[str]) -> dict:
     base = load()
     tag = uuid.uuid4().hex[:8]
     topic = f"bench-limit-transactions-{tag}"
-    with own_broker(base, log) as bootstrap:
+    with own_broker(base, log):
         try:
-            create_topic(bootstrap, topic, args.partitions)
-            sent, took = fill(bootstrap, topic, args.events, args.producers, kind="transactions")
+            create_topic(base, topic, args.partitions)
+            sent, took = fill(base, topic, args.events, args.producers, kind="transactions")
             produce_eps = sent / took
             log(f"produced {sent:,} transactions in {took:.2f} s -> {produce_eps:,.0f}/s "
                 f"({args.producers} kafka-python processes)")
-            consume_eps = consume_rate(bootstrap, topic, args.events, args.timeout)
+            consume_eps = consume_rate(base, topic, args.events, args.timeout)
             s = dataclasses.replace(base, trigger_seconds=0.0)
             spark_eps = spark_noop_rate(s, topic, args.events, args.timeout)
         finally:
-            delete_topics(bootstrap, tag, log)
+            delete_topics(base, tag, log)
     return {"kafka_python_consume_eps": round(consume_eps), "spark_noop_eps": round(spark_eps),
             "produce_eps": round(produce_eps), "events": args.events, "partitions": args.partitions,
             "producers": args.producers, "cpus": os.cpu_count(),

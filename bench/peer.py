@@ -5,9 +5,9 @@ the Spark job has to beat it clearly to earn its JVM.
 
 Both engines do the same SystemUsage count with the same guarantee, one after the other, in one
 run, on the same data:
-- ours: pipelines/usage.py's exactly-once query (UsageJob.start_query, as bench/throughput.py
-  drives it): JVM JSON parsing, dropDuplicatesWithinWatermark on txn_id (RocksDB state), count and
-  fraud sum per micro-batch, results + batch id in one SQLite transaction. Trigger 1 s (the job's
+- ours: the usage job's exactly-once query (pipelines.usage.job.UsageJob.start_query, as
+  bench/throughput.py drives it): JVM JSON parsing, dropDuplicatesWithinWatermark on txn_id (RocksDB state), count and
+  fraud sum per micro-batch, results + the batch's sink-ledger record in one SQLite transaction. Trigger 1 s (the job's
   default), maxOffsetsPerTrigger as configured.
 - quix: quixstreams Application(processing_guarantee="exactly-once", commit_interval 1 s), JSON
   values, a stateful filter that keeps the first record per key (the key is the txn_id; RocksDB
@@ -24,8 +24,9 @@ Figures, measured the same way for both:
 - *_p99_ms (latency phase): a fresh topic stamped with LogAppendTime is fed at `--rate` decisions/s
   for `--warmup` + `--seconds` while the engine runs. For each record appended after the warm-up:
   (wall-clock time of the first sink transaction whose per-partition end offset covers it) - (its
-  Kafka append timestamp). Ours: end offsets from Spark's progress per batch id, time from
-  usage_applied_batches.applied_at; Quix: both from its sink's commit row. Broker and engines run
+  Kafka append timestamp). Ours: both from the sink ledger (`sink_batches`: each applied batch's
+  end offsets from Spark's offset log, and the time of its write); Quix: both from its sink's
+  commit row. Broker and engines run
   on this machine's clock. p50 and p99 are nearest-rank over those records.
 - ratio = ours_eps / quix_eps (goal: >= 2).
 """
@@ -35,7 +36,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -169,23 +169,17 @@ def _ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _ends(progress, topic: str) -> dict[int, int]:
-    end = progress["sources"][0]["endOffset"]
-    end = json.loads(end) if isinstance(end, str) else end
-    return {int(p): int(o) for p, o in end[topic].items()}
-
-
 def run_ours(job, topic: str, expect: int, timeout: float, feed=None) -> tuple[dict, list]:
     """Run the exactly-once query on `topic` from a fresh checkpoint and sink until it counted
-    `expect`; (its figures, commits as (applied_at ms, rows, end offsets))."""
-    from pipelines.guarantees import counts
-    from pipelines.usage.job import checkpoint_dir, query_name
+    `expect`; (its figures, commits as (sink write ms, rows, end offsets)) from the sink ledger."""
+    from controlplane import ledger
+    from pipelines.guarantees import counts, policy
+    from pipelines.usage.job import reset_sink
 
+    eo = policy(EO)
     job.s = dataclasses.replace(job.s, topics=dataclasses.replace(job.s.topics, decisions=topic))
-    shutil.rmtree(checkpoint_dir(job.s, query_name(EO)), ignore_errors=True)
-    for table in ("usage_counts", "usage_applied_batches"):
-        job.db.conn.execute(f"DELETE FROM {table} WHERE guarantee = ?", (EO,))
-    query = job.start_query(EO)
+    reset_sink(job.db, job.s, eo.query, eo.name)  # its counts, ledger and checkpoint together
+    query = job.start_query(eo)
     batches: dict[int, object] = {}
     try:
         if feed is not None:
@@ -208,11 +202,12 @@ def run_ours(job, topic: str, expect: int, timeout: float, feed=None) -> tuple[d
             batches[p["batchId"]] = p
     finally:
         query.stop()
-    applied = job.db.conn.execute("SELECT batch_id, applied_at, processed FROM usage_applied_batches "
-                                  "WHERE guarantee = ?", (EO,)).fetchall()
-    commits = [(at, n, _ends(batches[b], topic)) for b, at, n in applied if b in batches]
+    applied = [b for b in ledger.batches(job.db, eo.query) if b["outcome"] == ledger.APPLIED]
+    commits = [(b["ts"], b["processed"], {int(p): o for p, o in json.loads(b["end_offsets"]).get(topic, {}).items()})
+               for b in applied]
+    commits = [c for c in commits if c[2]]
     if len(commits) < len(applied):
-        log(f"{len(applied) - len(commits)} batches had no progress report (left out of latency)")
+        log(f"{len(applied) - len(commits)} batches had no end offsets in the ledger (left out of latency)")
     started = [p for p in batches.values() if p["numInputRows"]]
     first_ms = _ms(min(started, key=lambda p: p["batchId"])["timestamp"]) if started else None
     busy = sum(p["durationMs"].get("triggerExecution", 0) for p in started) / 1000
@@ -232,8 +227,8 @@ def throughput(name: str, result: dict, commits: list, n: int, fraud: int) -> fl
     return n / secs
 
 
-def latency(name: str, bootstrap: str, topic: str, total: int, commits: list, since_ms: int) -> dict:
-    stamps = read_stamps(bootstrap, topic, total)
+def latency(name: str, s, topic: str, total: int, commits: list, since_ms: int) -> dict:
+    stamps = read_stamps(s, topic, total)
     lat = commit_latencies(stamps, [(ms, ends) for ms, _, ends in commits], since_ms)
     fig = {"p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "measured": len(lat)}
     log(f"{name}: latency over {len(lat):,} records: p50 {fig['p50_ms']} ms, p99 {fig['p99_ms']} ms")
@@ -272,13 +267,13 @@ def main(argv: list[str]) -> dict:
         work = Path(tmp)
         topic = f"bench-peer-{tag}"
         try:
-            create_topic(bootstrap, topic, args.partitions)
-            sent, took = fill(bootstrap, topic, n, args.producers)
+            create_topic(base, topic, args.partitions)
+            sent, took = fill(base, topic, n, args.producers)
             log(f"filled {topic} with {sent:,} decisions in {took:.1f} s")
 
             def feeder(dest: str, prefix: str):
                 def feed():
-                    with paced_producer(bootstrap, dest, prefix, args.rate, args.warmup + args.seconds) as res:
+                    with paced_producer(base, dest, prefix, args.rate, args.warmup + args.seconds) as res:
                         started_ms = res.get(args.warmup + args.seconds + 120)
                     feed.since_ms = started_ms + int(args.warmup * 1000)
                     log(f"fed {total:,} decisions to {dest} at {args.rate:g}/s")
@@ -290,16 +285,16 @@ def main(argv: list[str]) -> dict:
                                         args.timeout)
             quix_eps = throughput("quix", q_res, q_commits, n, fraud)
             lat_q = f"bench-peer-{tag}-lat-quix"
-            create_topic(bootstrap, lat_q, args.partitions, append_time=True)
+            create_topic(base, lat_q, args.partitions, append_time=True)
             log(f"quix: latency phase ({args.rate:g}/s for {args.warmup:g} + {args.seconds:g} s)")
             feed = feeder(lat_q, "lq")
             _, q_lat_commits = run_quix(bootstrap, lat_q, total, work, tag, "latency", args.commit_seconds,
                                         args.timeout + args.warmup + args.seconds, feed=feed)
-            quix_lat = latency("quix", bootstrap, lat_q, total, q_lat_commits, feed.since_ms)
+            quix_lat = latency("quix", base, lat_q, total, q_lat_commits, feed.since_ms)
 
-            ours_eps, ours_lat, busy_eps = _ours(base, work, topic, n, fraud, total, tag, args, bootstrap, feeder)
+            ours_eps, ours_lat, busy_eps = _ours(base, work, topic, n, fraud, total, tag, args, feeder)
         finally:
-            delete_topics(bootstrap, tag, log)
+            delete_topics(base, tag, log)
     return {"ours_eps": round(ours_eps), "quix_eps": round(quix_eps),
             "ratio": round(ours_eps / quix_eps, 2) if quix_eps else None,
             "ours_p99_ms": ours_lat["p99_ms"], "quix_p99_ms": quix_lat["p99_ms"],
@@ -310,7 +305,7 @@ def main(argv: list[str]) -> dict:
             "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
-def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str, args, bootstrap, feeder):
+def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str, args, feeder):
     from pipelines.engine.session import get_spark
     from pipelines.usage.job import UsageJob
 
@@ -328,10 +323,10 @@ def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str
         eps = throughput("ours", res, commits, n, fraud)
         busy_eps = n / res["busy_s"] if res["busy_s"] else 0.0
         lat_o = f"bench-peer-{tag}-lat-ours"
-        create_topic(bootstrap, lat_o, args.partitions, append_time=True)
+        create_topic(base, lat_o, args.partitions, append_time=True)
         log(f"ours: latency phase ({args.rate:g}/s for {args.warmup:g} + {args.seconds:g} s)")
         feed = feeder(lat_o, "lo")
         _, lat_commits = run_ours(job, lat_o, total, args.timeout + args.warmup + args.seconds, feed=feed)
-        return eps, latency("ours", bootstrap, lat_o, total, lat_commits, feed.since_ms), busy_eps
+        return eps, latency("ours", base, lat_o, total, lat_commits, feed.since_ms), busy_eps
     finally:
         spark.stop()

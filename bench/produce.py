@@ -20,7 +20,7 @@ import uuid
 
 import numpy as np
 
-from infra import broker
+from infra import broker, kafka_client
 from infra.config import load
 
 
@@ -76,10 +76,10 @@ def main(argv: list[str]) -> dict:
         cpu = time.process_time() - cpu0
         latencies = producer.totals(topic).latencies
         producer.close()
-        held = _count(bootstrap, [topic, labels])
+        held = _count(s, [topic, labels])
     finally:
         if not args.keep_topics:
-            _delete(bootstrap, [topic, labels])
+            _delete(s, [topic, labels])
         if started_broker:
             broker.down(s, quiet=True)
     return {
@@ -104,26 +104,14 @@ def _round(x):
     return None if x is None else round(x, 1)
 
 
-def _count(bootstrap: str, topics: list[str]) -> dict:
+def _count(s, topics: list[str]) -> dict:
     """Records the topics hold (end offsets), to check against what was counted as sent."""
-    from kafka import KafkaConsumer, TopicPartition
+    return {t: sum(kafka_client.end_offsets(t, s).values()) for t in topics}
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+
+def _delete(s, topics: list[str]) -> None:
     try:
-        out = {}
-        for t in topics:
-            parts = [TopicPartition(t, p) for p in sorted(consumer.partitions_for_topic(t) or [])]
-            out[t] = sum(consumer.end_offsets(parts).values())
-        return out
-    finally:
-        consumer.close()
-
-
-def _delete(bootstrap: str, topics: list[str]) -> None:
-    from kafka.admin import KafkaAdminClient
-
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin = kafka_client.admin(s)
         try:
             admin.delete_topics(topics)
         finally:

@@ -53,6 +53,7 @@ def main(argv: list[str]) -> dict:
            "CHECKPOINT_ROOT": str(work / "checkpoints"), "RESTART_DELAY_SECONDS": "1",
            "TOPIC_TRANSACTIONS": f"bench-tx-{tag}", "TOPIC_LABELS": f"bench-labels-{tag}",
            "TOPIC_DECISIONS": f"bench-decisions-{tag}", "TOPIC_DLQ": f"bench-dlq-{tag}",
+           "TOPIC_MARKERS": f"bench-markers-{tag}", "TOPIC_DECISIONS_RT": f"bench-decisions-rt-{tag}",
            "AUDIT_INTERVAL_SECONDS": "3600", "TRIGGER_SECONDS": "0.5"}
     db = connect(env["CARDSTREAM_DB"])
     log(f"starting the supervisor (fraud, usage, simulator at {args.rate:.0f} tx/s); logs in {work}")

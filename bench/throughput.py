@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import json
 import multiprocessing as mp
-import shutil
 import sys
 import tempfile
 import time
@@ -33,11 +32,10 @@ def log(msg: str) -> None:
 
 
 def _fill(args) -> int:
-    bootstrap, topic, start, count = args
-    from kafka import KafkaProducer
+    s, topic, start, count = args
+    from infra import kafka_client
 
-    prod = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=1 << 20,
-                         max_request_size=8 << 20)
+    prod = kafka_client.producer(s, acks=1, linger_ms=50, batch_size=1 << 20, max_request_size=8 << 20)
     now = int(time.time() * 1000)
     template = ('{"txn_id": "tx-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
                 '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
@@ -54,7 +52,7 @@ def _fill(args) -> int:
 
 def fill(s, topic: str, n: int, processes: int) -> float:
     per = n // processes
-    jobs = [(s.kafka_bootstrap, topic, k * per, per if k < processes - 1 else n - per * (processes - 1))
+    jobs = [(s, topic, k * per, per if k < processes - 1 else n - per * (processes - 1))
             for k in range(processes)]
     t0 = time.monotonic()
     with mp.get_context("spawn").Pool(processes) as pool:
@@ -65,18 +63,17 @@ def fill(s, topic: str, n: int, processes: int) -> float:
 
 
 def measure(job, guarantee: str, n: int, timeout: float, label: str = "") -> float:
-    from pipelines.guarantees import counts
-    from pipelines.usage.job import checkpoint_dir, query_name
+    from pipelines import guarantees
+    from pipelines.usage.job import reset_sink
 
-    shutil.rmtree(checkpoint_dir(job.s, query_name(guarantee)), ignore_errors=True)
-    job.db.conn.execute("DELETE FROM usage_counts WHERE guarantee = ?", (guarantee,))
-    job.db.conn.execute("DELETE FROM usage_applied_batches WHERE guarantee = ?", (guarantee,))
+    policy = guarantees.policy(guarantee)
+    reset_sink(job.db, job.s, policy.query, policy.name)  # its counts, ledger and checkpoint: a fresh run
     t0 = time.monotonic()
-    query = job.start_query(guarantee, from_earliest=True)
+    query = job.start_query(policy)
     try:
         progress = wait_for_rows(query, n, timeout, f"{guarantee} query", every=0.2)
         wall = time.monotonic() - t0
-        sink = counts(job.db).get(guarantee, {}).get("processed", 0)
+        sink = guarantees.counts(job.db).get(guarantee, {}).get("processed", 0)
     finally:
         query.stop()
     if sink != n:
@@ -123,7 +120,7 @@ def _run(args, base) -> dict:
                                 trigger_seconds=0.0,
                                 usage_max_offsets=args.max_offsets or base.usage_max_offsets)
         spark = get_spark("cardstream-bench-throughput", s)
-        job = UsageJob(list(GUARANTEES), s, windows=False)
+        job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
         job.spark = spark
         try:
             measure(job, "at-least-once", args.events, args.timeout, label="warm-up (not counted) ")
