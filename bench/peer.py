@@ -306,6 +306,7 @@ def main(argv: list[str]) -> dict:
 
 
 def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str, args, feeder):
+    from controlplane import fencing
     from pipelines.engine.session import get_spark
     from pipelines.usage.job import UsageJob
 
@@ -315,6 +316,7 @@ def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str
                                                      "spark.sql.streaming.numRecentProgressUpdates": "1000"})
     job = UsageJob([EO], s, windows=False)
     job.spark = spark
+    job.epoch = fencing.take_lease(job.db, "usage")  # the query runs here, not through job.run()
     try:
         log("ours: warm-up pass (not counted)")
         run_ours(job, topic, n, args.timeout)

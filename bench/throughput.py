@@ -105,6 +105,7 @@ def main(argv: list[str]) -> dict:
 
 
 def _run(args, base) -> dict:
+    from controlplane import fencing
     from infra.topics import ensure_topics
     from pipelines.engine.session import get_spark
     from pipelines.usage.job import UsageJob
@@ -122,6 +123,7 @@ def _run(args, base) -> dict:
         spark = get_spark("cardstream-bench-throughput", s)
         job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
         job.spark = spark
+        job.epoch = fencing.take_lease(job.db, "usage")  # the queries run here, not through job.run()
         try:
             measure(job, "at-least-once", args.events, args.timeout, label="warm-up (not counted) ")
             for g in GUARANTEES:
