@@ -8,13 +8,20 @@ guarantee queries side by side), each on a fresh decisions topic, store and chec
 - crash: the job gets SIGKILL while a producer keeps producing; restarted while it still produces.
 - sink-down: the sinks reject writes for a few seconds while the producer produces.
 
-Prints {"crash-after-sink": {"at-most-once": {"truth": …, "observed": …}, …}, "crash": …, "sink-down": …}.
+Each scenario's figures come from the consistent-cut audit (`pipelines.audit`), as the dashboard
+shows them: per guarantee truth, observed, lost, duplicated split into `replayed` (the query's own
+replays) and `upstream` (ids sent twice), and lag. No duplicates are sent unless
+`--upstream-duplicates RATE` asks for them (then `upstream_duplicates_sent` says how many).
+
+Prints {"crash-after-sink": {"at-most-once": {"truth": …, "observed": …, "lost": …, …}, …},
+"crash": …, "sink-down": …, "upstream_duplicate_rate": R}.
 The job-process harness (JobProcess, Producer, Truth, produce, …) is tests/harness/jobs.py, which
 tests/e2e/test_usage_job.py drives too.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -32,25 +39,28 @@ def log(msg: str) -> None:
     print(f"bench guarantees: {msg}", file=sys.stderr, flush=True)
 
 
-def _report(truth_total: tuple[int, int], amo_truth: tuple[int, int], got: dict, db=None) -> dict:
+FIGURES = ("truth", "observed", "lost", "duplicated", "replayed", "upstream", "lag_records")
+
+
+def _report(sc: "Scenario") -> dict:
+    """The audit of this scenario's queries now (after `settled`), per guarantee."""
+    from pipelines import audit
     from pipelines.guarantees import dropped
 
-    out = {}
-    for g in GUARANTEES:
-        t = amo_truth if g == "at-most-once" else truth_total
-        out[g] = {"truth": t[0], "observed": got[g]["processed"], "fraud_truth": t[1],
-                  "fraud_observed": got[g]["fraud"]}
-    if db is not None:
-        out["at-most-once"]["dropped"] = dropped(db)["processed"]
+    snap = audit.Auditor(sc.settings, sc.db).snapshot()["usage"]
+    out = {g: {k: snap[g][k] for k in FIGURES} for g in GUARANTEES}
+    out["at-most-once"]["dropped"] = dropped(sc.db)["processed"]
+    if sc.duplicates:
+        out["upstream_duplicates_sent"] = sc.duplicates
     return out
 
 
 class Scenario:
     """One fresh topic + store + checkpoint root + job process."""
 
-    def __init__(self, s, name: str, workdir: Path):
-        from infra.topics import ensure_topics
+    def __init__(self, s, name: str, workdir: Path, duplicate_rate: float = 0.0):
         from controlplane.store import connect
+        from infra.topics import ensure_topics
 
         self.s = s
         self.topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
@@ -59,26 +69,34 @@ class Scenario:
         self.base.mkdir(parents=True, exist_ok=True)
         self.env = job_env(self.base, self.topic)
         self.db = connect(self.base / "cardstream.db")
+        self.settings = dataclasses.replace(s, topics=dataclasses.replace(s.topics, decisions=self.topic),
+                                            store_path=self.base / "cardstream.db",
+                                            checkpoint_root=self.base / "checkpoints")
         self.job = JobProcess(self.env)
         self.truth = Truth()
-        self.amo_mark = 0
+        self.duplicate_rate = duplicate_rate
+        self.duplicates = 0
 
     def send(self, records):
-        produce(self.s, self.topic, records)
+        again = records[:int(round(len(records) * self.duplicate_rate))]
+        produce(self.s, self.topic, records + again)
+        self.duplicates += len(again)
         self.truth.add(records)
+
+    def producer(self) -> Producer:
+        return Producer(self.s, self.topic, self.truth, duplicate_rate=self.duplicate_rate)
 
     def close(self):
         self.job.stop()
         self.db.conn.close()
 
 
-def crash_after_sink(s, workdir: Path) -> dict:
+def crash_after_sink(s, workdir: Path, duplicate_rate: float = 0.0) -> dict:
     from controlplane import commands
 
-    sc = Scenario(s, "crash-after-sink", workdir)
+    sc = Scenario(s, "crash-after-sink", workdir, duplicate_rate)
     try:
         sc.job.start()
-        sc.amo_mark = sc.truth.mark()
         sc.send([decision(i, i % 5 == 0) for i in range(200)])
         wait_for(lambda: all(c["processed"] >= 200 for c in counts(sc.db).values()), 90, "the first 200 events")
         cid = commands.issue(sc.db, "crash-after-sink", "usage")
@@ -88,18 +106,18 @@ def crash_after_sink(s, workdir: Path) -> dict:
         log(f"crash-after-sink: job exited with {code}, command {command_status(sc.db, cid)}")
         sc.job.start()
         sc.send([decision(i, i % 5 == 0) for i in range(400, 450)])
-        got = settled(sc.db, sc.truth.counts()[0])
-        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got, sc.db)
+        settled(sc.db, sc.truth.counts()[0])
+        return _report(sc)
     finally:
         sc.close()
 
 
-def crash(s, workdir: Path, down_seconds: float = 3.0) -> dict:
-    sc = Scenario(s, "crash", workdir)
+def crash(s, workdir: Path, down_seconds: float = 3.0, duplicate_rate: float = 0.0) -> dict:
+    sc = Scenario(s, "crash", workdir, duplicate_rate)
     prod = None
     try:
         sc.job.start()
-        prod = Producer(s, sc.topic, sc.truth)
+        prod = sc.producer()
         prod.start()
         wait_for(lambda: all(c["processed"] >= 100 for c in counts(sc.db).values()), 90, "the first events")
         sc.job.kill()
@@ -108,30 +126,32 @@ def crash(s, workdir: Path, down_seconds: float = 3.0) -> dict:
         sc.job.start()
         time.sleep(3)
         prod.stop()
-        got = settled(sc.db, sc.truth.counts()[0])
-        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got, sc.db)
+        sc.duplicates += prod.duplicates
+        settled(sc.db, sc.truth.counts()[0])
+        return _report(sc)
     finally:
         if prod:
             prod.stop()
         sc.close()
 
 
-def sink_down(s, workdir: Path, seconds: float = 4.0) -> dict:
+def sink_down(s, workdir: Path, seconds: float = 4.0, duplicate_rate: float = 0.0) -> dict:
     from controlplane import commands
 
-    sc = Scenario(s, "sink-down", workdir)
+    sc = Scenario(s, "sink-down", workdir, duplicate_rate)
     prod = None
     try:
         sc.job.start()
-        prod = Producer(s, sc.topic, sc.truth)
+        prod = sc.producer()
         prod.start()
         wait_for(lambda: all(c["processed"] >= 100 for c in counts(sc.db).values()), 90, "the first events")
         cid = commands.issue(sc.db, "sink-down", "usage", seconds=seconds)
         wait_for(lambda: command_status(sc.db, cid) == "done", 30, "the job to take the sink down")
         time.sleep(seconds + 2)
         prod.stop()
-        got = settled(sc.db, sc.truth.counts()[0])
-        return _report(sc.truth.counts(), sc.truth.counts(sc.amo_mark), got, sc.db)
+        sc.duplicates += prod.duplicates
+        settled(sc.db, sc.truth.counts()[0])
+        return _report(sc)
     finally:
         if prod:
             prod.stop()
@@ -142,17 +162,21 @@ def main(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench guarantees")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line (always)")
     parser.add_argument("--only", choices=("crash-after-sink", "crash", "sink-down"), action="append")
+    parser.add_argument("--upstream-duplicates", type=float, default=0.0, metavar="RATE",
+                        help="send this share of the decisions twice (default 0: no duplicates sent)")
     args = parser.parse_args(argv)
+    if not 0 <= args.upstream_duplicates <= 1:
+        parser.error("--upstream-duplicates is a share between 0 and 1")
     s = load()
     from bench.common import own_broker
 
     scenarios = {"crash-after-sink": crash_after_sink, "crash": crash, "sink-down": sink_down}
-    out = {}
+    out = {"upstream_duplicate_rate": args.upstream_duplicates}
     with own_broker(s, log), tempfile.TemporaryDirectory(prefix="bench-guarantees-", dir=s.run_dir) as tmp:
         for name, run in scenarios.items():
             if args.only and name not in args.only:
                 continue
             log(f"running {name}")
-            out[name] = run(s, Path(tmp))
+            out[name] = run(s, Path(tmp), duplicate_rate=args.upstream_duplicates)
             log(f"{name}: {json.dumps(out[name])}")
     return out

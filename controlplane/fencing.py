@@ -27,10 +27,29 @@ def take_lease(db: sqlite_utils.Database, job: str) -> int:
     with transaction(db) as conn:
         row = conn.execute("SELECT epoch FROM leases WHERE job = ?", (job,)).fetchone()
         epoch = (row[0] if row else 0) + 1
-        conn.execute("INSERT INTO leases (job, epoch, holder, taken_at) VALUES (?, ?, ?, ?) "
+        now = now_ms()
+        conn.execute("INSERT INTO leases (job, epoch, holder, taken_at, renewed_at) VALUES (?, ?, ?, ?, ?) "
                      "ON CONFLICT(job) DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder, "
-                     "taken_at = excluded.taken_at", (job, epoch, holder, now_ms()))
+                     "taken_at = excluded.taken_at, renewed_at = excluded.renewed_at",
+                     (job, epoch, holder, now, now))
     return epoch
+
+
+def renew(db: sqlite_utils.Database, job: str, epoch: int) -> bool:
+    """The holder's heartbeat; False when a newer epoch holds the lease (this one is superseded)."""
+    cur = db.conn.execute("UPDATE leases SET renewed_at = ? WHERE job = ? AND epoch = ?", (now_ms(), job, epoch))
+    return cur.rowcount == 1
+
+
+def release(db: sqlite_utils.Database, job: str, epoch: int) -> None:
+    """A clean stop: the lease is free at once (a standby need not wait for it to expire)."""
+    db.conn.execute("UPDATE leases SET renewed_at = 0 WHERE job = ? AND epoch = ?", (job, epoch))
+
+
+def lease_age_ms(db: sqlite_utils.Database, job: str) -> int | None:
+    """Milliseconds since the holder last renewed the job's lease; None when nobody ever held it."""
+    row = db.conn.execute("SELECT renewed_at FROM leases WHERE job = ?", (job,)).fetchone()
+    return None if row is None else now_ms() - (row[0] or 0)
 
 
 def check(conn, job: str, epoch: int, what: str = "") -> None:

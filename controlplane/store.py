@@ -52,7 +52,8 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "job_status": ({"job": str, "status": str, "pid": int, "restarts": int, "last_batch": int,
                     "started_at": int, "updated_at": int, "detail": str}, "job"),
     # split-brain protection: the current fencing epoch per job
-    "leases": ({"job": str, "epoch": int, "holder": str, "taken_at": int}, "job"),
+    # (renewed_at: the holder's heartbeat; a warm standby takes over when it stops)
+    "leases": ({"job": str, "epoch": int, "holder": str, "taken_at": int, "renewed_at": int}, "job"),
     "rejected_writes": ({"id": int, "job": str, "epoch": int, "current_epoch": int, "ts": int,
                          "what": str}, "id"),
     # truth vs observed over time, from the live auditor

@@ -83,6 +83,8 @@ class Settings:
     restart_delay_seconds: float = 2.0
     restart_backoff_max_seconds: float = 30.0
     stop_grace_seconds: float = 30.0  # a job stopping between batches, before it is killed
+    lease_ttl_seconds: float = 5.0    # a standby takes over when the active's heartbeat is this old
+    standby: bool = False             # the supervisor keeps a warm standby per job
     audit_interval_seconds: float = 5.0
     jars_dir: Path = field(default=ROOT / "infra" / "jars")
     kafka_sasl_mechanism: str | None = None
@@ -94,6 +96,11 @@ class Settings:
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
     kafka_delivery_timeout_ms: int = 120_000
+    # Validation: event_time / produced_at must be milliseconds inside [now - past, now + future]
+    validation_past_seconds: int = 7 * 24 * 3600
+    validation_future_seconds: int = 300
+    # The fraud job's default bound on Kafka records per micro-batch (--max-offsets-per-trigger)
+    max_offsets_per_trigger: int = 20_000
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -136,6 +143,9 @@ def load(env: dict | None = None) -> Settings:
         kafka_sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
         kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
+        validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),
+        validation_future_seconds=_int(env, "VALIDATION_FUTURE_SECONDS", 300),
+        max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),
         topic_replication=_int(env, "TOPIC_REPLICATION", 1),
         fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-most-once",
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
@@ -159,6 +169,8 @@ def load(env: dict | None = None) -> Settings:
         restart_delay_seconds=_float(env, "RESTART_DELAY_SECONDS", 2.0),
         restart_backoff_max_seconds=_float(env, "RESTART_BACKOFF_MAX_SECONDS", 30.0),
         stop_grace_seconds=_float(env, "STOP_GRACE_SECONDS", 30.0),
+        lease_ttl_seconds=_float(env, "LEASE_TTL_SECONDS", 5.0),
+        standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
         dashboard_refresh_seconds=_float(env, "DASHBOARD_REFRESH_SECONDS", 2.0),
         dashboard_store_timeout_ms=_int(env, "DASHBOARD_STORE_TIMEOUT_MS", 1000),

@@ -31,7 +31,9 @@ from controlplane.store import connect
 from infra import logs
 from infra.config import Settings, load
 from pipelines.engine import checkpoints
-from pipelines.engine.runner import QueryRunner
+from pipelines.engine.runner import EXIT_SUPERSEDED, QueryRunner
+from pipelines.engine.session import warm_up
+from pipelines.engine.standby import Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.sinks import Sinks
 from pipelines.fraud.state import SCORED_DDL
@@ -62,6 +64,7 @@ class Options:
     markers_topic: str = "decisions-batches"
     realtime_topic: str = "decisions-rt"
     guarantee: str = "at-most-once"   # the real-time path's; the stateful path is exactly once
+    standby: bool = False             # start warm, waiting for the job's lease
 
 
 def parse_args(argv: list[str], s: Settings) -> Options:
@@ -83,6 +86,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    help="the real-time path's guarantee (real-time mode): at-most-once restarts from the "
                         "latest offsets and never replays; at-least-once restarts from its checkpoint and "
                         "replays. The stateful path decides every transaction exactly once either way.")
+    p.add_argument("--standby", action="store_true",
+                   help="start as a warm standby: session up, waiting for the job's lease")
     p.add_argument("--checkpoint", type=Path, default=s.checkpoint_root / JOB,
                    help="this job's checkpoint folder (one sub-folder per query)")
     p.add_argument("--store", type=Path, default=s.store_path)
@@ -103,7 +108,7 @@ def parse_args(argv: list[str], s: Settings) -> Options:
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
                    a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
                    a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.profile_refresh_seconds,
-                   a.markers_topic, a.realtime_topic, a.guarantee)
+                   a.markers_topic, a.realtime_topic, a.guarantee, a.standby)
 
 
 def build_scored(spark, o: Options, s: Settings):
@@ -181,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup()
     s = load()
     o = parse_args(sys.argv[1:] if argv is None else argv, s)
+    if o.standby:
+        listen()
     from infra.topics import ensure_topics
     from pipelines.engine import metrics
     from pipelines.engine.session import get_spark
@@ -193,23 +200,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     db = connect(o.store_path)
     check_bound(db, o)
-    epoch = fencing.take_lease(db, JOB)
     spark = get_spark("cardstream-fraud", s)
     # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
     # availableNow run would never end); idle cards still expire on the card's next batch.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     o.checkpoint.mkdir(parents=True, exist_ok=True)
-    faults = Faults(o.store_path, [JOB], job=JOB)
-    sinks = Sinks(o, s, epoch, faults)
     metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
                                           f"{JOB}-dlq": str(o.checkpoint / "dlq"),
                                           f"{JOB}-rt": str(o.checkpoint / "realtime")})
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if o.standby:
+        warm_up(spark)
+        if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
+            spark.stop()
+            return 0
+        check_bound(db, o)  # the active may have created the checkpoints meanwhile
+    epoch = fencing.take_lease(db, JOB)
+    heartbeat = Heartbeat(o.store_path, JOB, epoch)
+    heartbeat.start()
+    faults = Faults(o.store_path, [JOB], job=JOB)
+    sinks = Sinks(o, s, epoch, faults)
     if o.mode == "realtime":
         # The real-time query needs the CPU; the stateful path only keeps profiles (and the store)
         # and is throttled so it cannot starve it: a slower trigger, a bounded batch.
         o = replace(o, trigger_seconds=max(o.trigger_seconds, REALTIME_STATEFUL_TRIGGER_S),
                     max_offsets_per_trigger=o.max_offsets_per_trigger or REALTIME_STATEFUL_MAX_OFFSETS)
-    stop = threading.Event()
     start = starters(spark, o, s, sinks)
     if o.mode == "realtime":
         from pipelines.fraud import realtime
@@ -228,14 +245,14 @@ def main(argv: list[str] | None = None) -> int:
     log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s%s", o.mode, epoch, o.transactions_topic,
              o.decisions_topic, o.store_path, o.checkpoint,
              f"; real-time path {o.guarantee} -> {o.realtime_topic}" if o.mode == "realtime" else "")
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    code = 1
     try:
         code = runner.watch()
     finally:
         stop.set()
         faults.stop()
         runner.stop()
+        heartbeat.stop(release=code != EXIT_SUPERSEDED)
         sinks.close()
         wait_for_listener(list(runner.queries.values()), sinks.db)
         log.info("stopped; decided %s (%s fraud, %s late) in this run.", sinks.decided, sinks.fraud, sinks.late)

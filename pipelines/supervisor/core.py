@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from controlplane import fencing
 from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra import broker, kafka_client, logs
@@ -27,9 +28,10 @@ from pipelines.engine import checkpoints
 from pipelines.restarts import Backoff
 from pipelines.supervisor.auditor import LiveAuditor
 from pipelines.supervisor.faults import FaultExecutor
-from pipelines.supervisor.processes import Child, last_line, spawn, stop_all
+from pipelines.supervisor.processes import Child, last_line, send, spawn, stop_all
 
 JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
+SPARK_JOBS = ("fraud", "usage")
 EXIT_REFUSED = 2         # the job refused to start (its store and checkpoint disagree): no restart
 log = logging.getLogger("supervisor")
 
@@ -42,6 +44,7 @@ class Supervisor:
     children: dict[str, Child] = field(default_factory=dict)
     stopping: bool = False
     with_broker: bool = False   # start the local broker first and stop it last (make demo)
+    standby: bool = False       # keep a warm standby per Spark job
 
     def __post_init__(self):
         self.db = connect(s=self.s)
@@ -54,6 +57,13 @@ class Supervisor:
             self.children[job] = Child(job, argv, self.log_dir / f"{job}.log", restarts=known.get("restarts") or 0)
             self.backoffs[job] = Backoff(self.s.restart_delay_seconds, self.s.restart_backoff_max_seconds,
                                          window_s=120.0)
+        self.standbys: dict[str, Child] = {}
+        if self.standby:
+            for job in self.jobs:
+                if job in SPARK_JOBS:
+                    active = self.children[job]
+                    self.standbys[job] = Child(f"{job}-standby", active.argv + ["--standby"],
+                                               self.log_dir / f"{job}-standby.log")
         self.faults = FaultExecutor(self)
         self.auditor = LiveAuditor(self.s, lambda: self.stopping)
         self._last_status = 0.0
@@ -81,6 +91,8 @@ class Supervisor:
                 log.error("%s %s", child.job, child.detail)
                 self._write_status(child)
                 continue
+            if self.promote(child, f"exited with code {code} after {lived:.0f} s"):
+                continue
             delay = (self.s.restart_delay_seconds if child.expected_exit
                      else self.backoffs[child.job].failed())
             child.expected_exit = False
@@ -91,6 +103,48 @@ class Supervisor:
                             f"restart in {delay:.0f} s")
             log.warning("%s %s", child.job, child.detail)
             self._write_status(child)
+
+    def ready_standby(self, job: str) -> Child | None:
+        standby = self.standbys.get(job)
+        return standby if standby and standby.proc and standby.proc.poll() is None else None
+
+    def promote(self, active: Child, why: str) -> bool:
+        """Hand the job to its warm standby (SIGUSR1: take the lease, start the queries); the old
+        active's Child becomes the new standby slot, started again once the new active holds the
+        lease. False when there is no live standby."""
+        standby = self.ready_standby(active.job)
+        if standby is None:
+            return False
+        send(standby.proc.pid, signal.SIGUSR1)
+        old_pid = active.proc.pid if active.proc else None
+        active.proc, active.restarts = standby.proc, active.restarts + 1
+        active.started_at, active.status, active.expected_exit = standby.started_at, "running", False
+        active.log_path = standby.log_path
+        active.detail = f"standby pid {standby.proc.pid} took over ({why})"
+        standby.proc, standby.status, standby.restart_at = None, "starting", None
+        standby.log_path = self.log_dir / f"{active.job}-standby-{active.restarts}.log"
+        log.warning("%s: %s%s", active.job, active.detail, f"; old pid {old_pid}" if old_pid else "")
+        self._write_status(active)
+        self._write_status(standby)
+        return True
+
+    def start_standbys(self) -> None:
+        """A standby starts once its job's active holds a fresh lease (else it would take it)."""
+        for job, standby in self.standbys.items():
+            if standby.proc is not None:
+                if standby.proc.poll() is not None:  # it died: start another after the delay
+                    standby.proc, standby.status = None, "restarting"
+                    standby.restart_at = time.monotonic() + self.backoffs[job].failed()
+                    standby.detail = f"exited ({last_line(standby.log_path)})"
+                    self._write_status(standby)
+                continue
+            if standby.restart_at and time.monotonic() < standby.restart_at:
+                continue
+            age = fencing.lease_age_ms(self.db, job)
+            if self.children[job].proc is not None and age is not None and age < 2000:
+                self.start(standby)
+                standby.status, standby.detail = "standby", f"warm standby pid {standby.proc.pid}"
+                self._write_status(standby)
 
     def start_due(self) -> None:
         for child in self.children.values():
@@ -123,7 +177,7 @@ class Supervisor:
         if time.monotonic() - self._last_status < 1.0:
             return
         self._last_status = time.monotonic()
-        for child in self.children.values():
+        for child in [*self.children.values(), *self.standbys.values()]:
             self._write_status(child)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -157,6 +211,7 @@ class Supervisor:
         while not self.stopping:
             self.reap()
             self.start_due()
+            self.start_standbys()
             self.faults.take_commands()
             self.faults.tend_zombies()
             self.faults.detect_recoveries()
@@ -170,9 +225,9 @@ class Supervisor:
 
     def shutdown(self) -> None:
         """Stop every child between batches (SIGTERM), SIGKILL stragglers, record the stop."""
-        procs = [c.proc for c in self.children.values() if c.proc] + self.faults.wake_zombies()
-        stop_all(procs, self.s.stop_grace_seconds)
-        for child in self.children.values():
+        procs = [c.proc for c in [*self.children.values(), *self.standbys.values()] if c.proc]
+        stop_all(procs + self.faults.wake_zombies(), self.s.stop_grace_seconds)
+        for child in [*self.children.values(), *self.standbys.values()]:
             child.proc, child.status, child.detail = None, "stopped", "supervisor stopped"
             self._write_status(child)
         if self.with_broker:  # last: the jobs' final commits needed it
@@ -187,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--with-simulator", action="store_true", help="also run the simulator")
     parser.add_argument("--with-broker", action="store_true",
                         help="start the local Kafka broker first and stop it last")
+    parser.add_argument("--standby", action="store_true", default=None,
+                        help="keep a warm standby per Spark job (default: the STANDBY setting)")
     for job, example in (("fraud", "--mode microbatch"), ("usage", "--guarantee exactly-once"),
                          ("simulator", "--rate 200")):
         parser.add_argument(f"--{job}-args", default="", help=f'arguments for the {job} job, e.g. "{example}"')
@@ -198,5 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.with_simulator:
         jobs.append("simulator")
     job_args = {job: shlex.split(getattr(args, f"{job}_args")) for job in JOB_MODULES}
-    Supervisor(load(), jobs, job_args, with_broker=args.with_broker).run()
+    s = load()
+    Supervisor(s, jobs, job_args, with_broker=args.with_broker,
+               standby=s.standby if args.standby is None else args.standby).run()
     return 0

@@ -79,11 +79,13 @@ class FaultExecutor:
         pid = child.proc.pid
         killed_at = now_ms()
         child.expected_exit = True
+        standby = self.sup.ready_standby(child.job)
         os.kill(pid, signal.SIGKILL)
         if child.job != "simulator":
             self.recoveries.append(PendingRecovery(child.job, "crash", killed_at, cmd.id))
-        commands.finish(self.db, cmd.id, f"SIGKILL sent to {child.job} driver pid {pid}; "
-                                         f"restart in {self.s.restart_delay_seconds:.0f} s")
+        then = (f"warm standby pid {standby.proc.pid} takes over" if standby
+                else f"restart in {self.s.restart_delay_seconds:.0f} s")
+        commands.finish(self.db, cmd.id, f"SIGKILL sent to {child.job} driver pid {pid}; {then}")
 
     def broker_down(self, cmd: commands.Command) -> None:
         if self.s.external_bootstrap:
@@ -111,9 +113,11 @@ class FaultExecutor:
         seconds = float(cmd.param("seconds"))
         old = child.proc
         os.killpg(old.pid, signal.SIGSTOP)  # like a long GC pause or a suspended VM
-        child.proc = None
-        self.sup.start(child)  # the replacement takes a newer lease: the frozen one is now stale
-        child.detail = f"replacement pid {child.proc.pid} started; pid {old.pid} frozen as a zombie"
+        # the replacement (the warm standby if there is one) takes a newer lease: the frozen one is stale
+        if not self.sup.promote(child, f"pid {old.pid} frozen as a zombie"):
+            child.proc = None
+            self.sup.start(child)
+            child.detail = f"replacement pid {child.proc.pid} started; pid {old.pid} frozen as a zombie"
         now = time.monotonic()
         self.zombies.append(Zombie(child.job, old, cmd.id, now + seconds, child.log_path,
                                    deadline=now + seconds + ZOMBIE_TIMEOUT_S))

@@ -40,6 +40,7 @@ from infra.contracts import GUARANTEES
 from pipelines import guarantees
 from pipelines.engine import checkpoints
 from pipelines.engine.runner import EXIT_FENCED, EXIT_SUPERSEDED, QueryRunner
+from pipelines.engine.standby import Heartbeat, listen, wait_for_takeover
 from pipelines.guarantees import Guarantee
 from pipelines.hooks import Faults
 from pipelines.restarts import first_line
@@ -94,7 +95,8 @@ class UsageJob:
         self.windows = windows
         self.amo_from_earliest = amo_from_earliest
         self.db = connect(s.store_path)
-        self.epoch = fencing.take_lease(self.db, JOB)
+        self.epoch = 0  # taken in `run`, once the session is up (a standby waits for it there)
+        self.heartbeat: Heartbeat | None = None
         self.stopping = threading.Event()
         self.faults = Faults(s.store_path, [p.name for p in self.policies])
         self._dbs: dict[str, object] = {}
@@ -211,10 +213,10 @@ class UsageJob:
             out[QUERY] = self.start_windows
         return out
 
-    def run(self) -> int:
+    def run(self, standby: bool = False) -> int:
         from infra.topics import ensure_topics
         from pipelines.engine import metrics
-        from pipelines.engine.session import get_spark
+        from pipelines.engine.session import get_spark, warm_up
 
         s = self.s
         ensure_topics([s.topics.decisions], s=s)
@@ -222,6 +224,14 @@ class UsageJob:
         self.spark = get_spark("cardstream-usage", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
         starters = self.starters()
         metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
+        if standby:
+            warm_up(self.spark)
+            if not wait_for_takeover(self.db, JOB, s.lease_ttl_seconds, self.stopping):
+                self.shutdown()
+                return 0
+        self.epoch = fencing.take_lease(self.db, JOB)
+        self.heartbeat = Heartbeat(s.store_path, JOB, self.epoch)
+        self.heartbeat.start()
         self.runner = QueryRunner(JOB, self.db, self.epoch, starters, self.stopping)
         self.runner.start()
         self.faults.start()
@@ -235,6 +245,8 @@ class UsageJob:
         self.faults.stop()
         if self.runner:
             self.runner.stop()
+        if self.heartbeat:
+            self.heartbeat.stop(release=not superseded)
         if not superseded:  # a zombie leaves the live instance's checkpoints alone
             for p in self.policies:
                 if not p.keeps_checkpoint:
@@ -257,7 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-windows", action="store_true", help="skip the event-time windows query")
     parser.add_argument("--reset-sink", action="store_true",
                         help="clear the chosen queries' store rows and checkpoints together first")
+    parser.add_argument("--standby", action="store_true",
+                        help="start as a warm standby: session up, waiting for the job's lease")
     args = parser.parse_args(argv)
+    if args.standby:
+        listen()
     job = UsageJob([args.guarantee] if args.guarantee else list(GUARANTEES), load(),
                    windows=not args.no_windows, reset=args.reset_sink)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -265,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     from kafka.errors import KafkaError
 
     try:
-        return job.run()
+        return job.run(standby=args.standby)
     except KafkaError as exc:  # e.g. the broker is down at start: one sentence, the supervisor retries
         log.error("cannot reach Kafka at %s: %s", job.s.kafka_bootstrap, exc)
         job.shutdown()

@@ -1,0 +1,71 @@
+"""The lease side of a job process: a warm standby waits for it, an active instance keeps it.
+
+A standby (`--standby`) builds its SparkSession and plans first, then waits: it takes the lease
+(the next fencing epoch) when the supervisor promotes it (SIGUSR1, sent when it sees the active
+exit) or when the active's heartbeat stops for LEASE_TTL_SECONDS (the supervisor itself is down).
+The active renews its lease every second; when it finds a newer epoch there it has been
+superseded, and its next write is fenced anyway.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from controlplane import fencing
+
+log = logging.getLogger(__name__)
+
+
+PROMOTED = threading.Event()
+
+
+def listen() -> None:
+    """Call first thing in a standby's main thread: a promotion that comes while the session is
+    still starting is kept, not fatal (SIGUSR1's default action ends the process)."""
+    signal.signal(signal.SIGUSR1, lambda *_: PROMOTED.set())
+
+
+def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event) -> bool:
+    """Block until this standby should become active; False when it is stopped first."""
+    log.info("%s: standby ready, waiting for the lease", job)
+    while not stopping.is_set():
+        if PROMOTED.wait(0.1):
+            log.warning("%s: promoted by the supervisor: taking over", job)
+            return True
+        age = fencing.lease_age_ms(db, job)
+        if age is None or age > ttl_s * 1000:
+            log.warning("%s: the lease is %s: taking over", job, "free" if age is None else f"{age / 1000:.1f} s old")
+            return True
+    return False
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every `interval` seconds while the job runs."""
+
+    def __init__(self, store_path, job: str, epoch: int, interval: float = 1.0):
+        super().__init__(name=f"{job}-lease", daemon=True)
+        self.store_path, self.job, self.epoch, self.interval = store_path, job, epoch, interval
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from controlplane.store import connect
+
+        db = connect(self.store_path)
+        while not self.halt.wait(self.interval):
+            try:
+                if not fencing.renew(db, self.job, self.epoch):
+                    log.warning("%s: epoch %s no longer holds the lease", self.job, self.epoch)
+                    return
+            except Exception as exc:  # noqa: BLE001 - a busy store: try again next beat
+                log.warning("%s: lease renewal failed: %s", self.job, exc)
+
+    def stop(self, release: bool = True) -> None:
+        self.halt.set()
+        if release:
+            from controlplane.store import connect
+
+            try:
+                fencing.release(connect(self.store_path), self.job, self.epoch)
+            except Exception:  # noqa: BLE001 - the lease then simply expires
+                pass
