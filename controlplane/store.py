@@ -54,6 +54,8 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     # split-brain protection: the current fencing epoch per job
     # (renewed_at: the holder's heartbeat; a warm standby takes over when it stops)
     "leases": ({"job": str, "epoch": int, "holder": str, "taken_at": int, "renewed_at": int}, "job"),
+    # warm standbys that are up and waiting for their job's lease (written by the standby itself)
+    "standbys": ({"job": str, "pid": int, "ready_at": int}, "job"),
     "rejected_writes": ({"id": int, "job": str, "epoch": int, "current_epoch": int, "ts": int,
                          "what": str}, "id"),
     # truth vs observed over time, from the live auditor

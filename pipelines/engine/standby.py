@@ -9,10 +9,12 @@ superseded, and its next write is fenced anyway.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
 from controlplane import fencing
+from controlplane.clock import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,8 @@ def listen() -> None:
 
 def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event) -> bool:
     """Block until this standby should become active; False when it is stopped first."""
+    db.conn.execute("INSERT INTO standbys (job, pid, ready_at) VALUES (?, ?, ?) ON CONFLICT(job) DO UPDATE SET "
+                    "pid = excluded.pid, ready_at = excluded.ready_at", (job, os.getpid(), now_ms()))
     log.info("%s: standby ready, waiting for the lease", job)
     while not stopping.is_set():
         if PROMOTED.wait(0.1):

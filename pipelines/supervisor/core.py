@@ -177,6 +177,11 @@ class Supervisor:
         if time.monotonic() - self._last_status < 1.0:
             return
         self._last_status = time.monotonic()
+        for job, standby in self.standbys.items():
+            if standby.proc and standby.status == "standby":
+                row = self.db.execute("SELECT pid FROM standbys WHERE job = ?", [job]).fetchone()
+                if row and row[0] == standby.proc.pid:
+                    standby.status, standby.detail = "ready", f"warm standby pid {standby.proc.pid}, session up"
         for child in [*self.children.values(), *self.standbys.values()]:
             self._write_status(child)
 
