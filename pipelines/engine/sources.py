@@ -1,21 +1,33 @@
-"""Kafka sources for the Spark jobs, and the JVM-side parsing and validation of transactions.
+"""Kafka sources for the Spark jobs, and the JVM-side parsing and validation of their records.
 
-Parsing stays in Spark SQL expressions (no Python UDF on the hot path). Every record comes out
-either as a valid transaction (`dlq_reason` null) or with the reason it is malformed, so the job
-can route it to the dead-letter topic instead of dropping it.
+Parsing and validation stay in Spark SQL expressions (no Python UDF on the hot path). Every
+transaction comes out either valid (`dlq_reason` null) or with the reason it breaks the contract
+(infra/contracts.py states it), so the job routes it to the dead-letter topic instead of dropping
+it; nothing invalid reaches `timestamp_millis`, state, windows or watermarks.
+
+How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes;
+`try_parse_json` reads the JSON into a VARIANT (never raises: null for anything that is not
+JSON, nested too deep, or has a duplicate name), and `schema_of_variant` tells each field's JSON
+type, so a number where a string id belongs, or a string where a number belongs, is told apart.
+Times are compared with bounds scaled per clock unit; no arithmetic touches the value itself, so
+no input can overflow. `now` is Spark's `current_timestamp()`, the micro-batch's own time, which
+a replayed batch keeps: the same record gets the same verdict on every replay.
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from infra import kafka_client
 from infra.config import Settings, load
-from infra.contracts import (DECISION_FIELDS, MAX_AMOUNT_CENTS, MAX_PAYLOAD_BYTES,
-                             REQUIRED_TRANSACTION_FIELDS, TRANSACTION_FIELDS)
+from infra.contracts import (DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS, DECISION_MIN_EVENT_TIME_MS, ID_FIELDS,
+                             MAX_AMOUNT_CENTS, MAX_ID_BYTES, MAX_PAYLOAD_BYTES, REQUIRED_TRANSACTION_FIELDS,
+                             TIME_FIELDS, TRANSACTION_FIELDS)
 
 _SPARK_TYPES = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
+_TYPE_NAMES = {str: "string", int: "bigint", float: "double", bool: "boolean"}
+DECISIONS_REJECTED = "rejected_decisions"  # the observed metric of parse_decisions
 
 
 def schema_of(fields: dict[str, type]) -> T.StructType:
@@ -23,9 +35,6 @@ def schema_of(fields: dict[str, type]) -> T.StructType:
 
 
 TRANSACTION_SCHEMA = schema_of(TRANSACTION_FIELDS)
-# Everything read as text first, so a wrong type is told apart from a missing field.
-_RAW_SCHEMA = T.StructType([T.StructField(n, T.StringType()) for n in TRANSACTION_FIELDS]
-                           + [T.StructField("_corrupt_record", T.StringType())])
 
 
 def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
@@ -46,37 +55,159 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
     return reader.load()
 
 
-def parse_transactions(kafka_df: DataFrame) -> DataFrame:
-    """Kafka rows -> transaction columns + `raw` payload + `dlq_reason` (null when valid)."""
-    raw = F.col("value").cast("string")
-    text = F.from_json(raw, _RAW_SCHEMA, {"mode": "PERMISSIVE",
-                                          "columnNameOfCorruptRecord": "_corrupt_record"})
-    df = kafka_df.select(raw.alias("raw"), F.col("timestamp").alias("kafka_ts"),
-                         F.col("partition"), F.col("offset"), text.alias("t"))
-    typed = {name: F.col(f"t.{name}").try_cast(_SPARK_TYPES[kind]) for name, kind in TRANSACTION_FIELDS.items()}
-    reason = F.when(F.length("raw") > MAX_PAYLOAD_BYTES, F.lit("oversized payload"))
-    reason = reason.when(F.col("t").isNull() | F.col("t._corrupt_record").isNotNull(), F.lit("malformed JSON"))
-    for name in REQUIRED_TRANSACTION_FIELDS:
-        reason = reason.when(F.col(f"t.{name}").isNull(), F.lit(f"missing field {name}"))
-    for name, kind in TRANSACTION_FIELDS.items():
-        if kind is not str:
-            reason = reason.when(F.col(f"t.{name}").isNotNull() & typed[name].isNull(),
-                                 F.lit(f"wrong type for {name}"))
-    reason = (reason
-              .when((typed["amount_cents"] <= 0) | (typed["amount_cents"] > MAX_AMOUNT_CENTS),
-                    F.lit("amount_cents out of range"))
-              .when((F.abs(typed["lat"]) > 90) | (F.abs(typed["lon"]) > 180), F.lit("lat/lon out of range")))
-    return df.select("raw", "kafka_ts", "partition", "offset",
-                     *[col.alias(name) for name, col in typed.items()],
-                     reason.alias("dlq_reason"))
+# ------------------------------------------------------------------ the contract as expressions
+
+def _now_ms(now_ms: int | None) -> Column:
+    return F.lit(now_ms).cast("bigint") if now_ms is not None else F.unix_millis(F.current_timestamp())
 
 
-def parse_decisions(kafka_df: DataFrame, fields=("txn_id", "card_id", "event_time", "is_fraud")) -> DataFrame:
+def _is_number(t: Column) -> Column:
+    return t.isin("BIGINT", "DOUBLE", "FLOAT") | t.startswith("DECIMAL(")
+
+
+def _is_finite(d: Column) -> Column:
+    return ~F.isnan(d) & (F.abs(d) != F.lit(float("inf")))
+
+
+def time_reason(name: str, value: Column, d: Column, low: Column, high: Column) -> Column:
+    """The reason an integral time is not milliseconds in [low, high] (null: it is). `value` is
+    null when the number does not fit a long; `d` is its double. Only the bounds are scaled:
+    nothing multiplies the value, so no input can overflow."""
+    return (F.when(value.isNull(), F.when(d > 0, F.lit(f"{name} too far in the future"))
+                   .otherwise(F.lit(f"{name} too far in the past")))
+            .when(value.between(low, high), F.lit(None).cast("string"))
+            .when(value.between(F.floor(low / 1_000), F.floor(high / 1_000)), F.lit(f"{name} in seconds"))
+            .when(value.between(low * 1_000, high * 1_000), F.lit(f"{name} in microseconds"))
+            .when(value.between(low * 1_000_000, high * 1_000_000), F.lit(f"{name} in nanoseconds"))
+            .when(value < low, F.lit(f"{name} too far in the past"))
+            .otherwise(F.lit(f"{name} too far in the future")))
+
+
+def _envelope(kafka_df: DataFrame) -> DataFrame:
+    """Kafka rows -> size, UTF-8 validity, the bounded head of the payload and its VARIANT `v`.
+
+    `raw` is what a dead letter needs and no more: the first DEAD_LETTER_HEAD_BYTES bytes of the
+    value (bytes, so invalid UTF-8 is never expanded) and the value's size in bytes.
+    """
+    size = F.octet_length("value")
+    text = F.col("value").cast("string")  # the bytes as they are: Spark does not re-encode them
+    utf8 = F.is_valid_utf8(text)
+    parse = (size > 0) & (size <= MAX_PAYLOAD_BYTES) & utf8
+    return kafka_df.select(
+        F.struct(F.substring("value", 1, DEAD_LETTER_HEAD_BYTES).alias("head"), size.alias("size")).alias("raw"),
+        F.col("timestamp").alias("kafka_ts"), "partition", "offset",
+        size.alias("_size"), utf8.alias("_utf8"),
+        F.when(parse, text).alias("_text"),
+        F.when(parse, F.try_parse_json(text)).alias("v"))
+
+
+def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, high: Column,
+               times=TIME_FIELDS) -> DataFrame:
+    """An `_envelope` frame -> `fields` typed (by their JSON type, never coerced) + `_reason`.
+
+    Built in small steps (each field's variant, then its JSON type, then its flags and value), so
+    each expression is computed once per row and the generated code stays small.
+    """
+    c = F.col
+    df = df.select("*", *[F.variant_get(c("v"), f"$.{n}", "variant").alias(f"_v_{n}") for n in fields])
+    df = df.select("*", *[F.schema_of_variant(c(f"_v_{n}")).alias(f"_t_{n}") for n in fields])
+    flags, numbers = [], [n for n, k in fields.items() if k in (int, float)]
+    for n, kind in fields.items():
+        t = c(f"_t_{n}")
+        ok = {str: t == "STRING", bool: t == "BOOLEAN"}.get(kind, _is_number(t))
+        flags += [(c(f"_v_{n}").isNull() | (t == "VOID")).alias(f"_m_{n}"), ok.alias(f"_ok_{n}")]
+    df = df.select("*", *flags, *[F.try_variant_get(c(f"_v_{n}"), "$", "double").alias(f"_d_{n}") for n in numbers],
+                   low.alias("_low"), high.alias("_high"))
+    values = []
+    for n, kind in fields.items():
+        ok, d = c(f"_ok_{n}"), c(f"_d_{n}")
+        if kind is int:  # a JSON number with no fraction: 12, 12.0 and 1.2e3 are; 12.5 and 1e400 are not
+            integral = ok & _is_finite(d) & ((d % F.lit(1.0)) == 0)
+            values += [integral.alias(f"_i_{n}"),
+                       F.when(integral, F.try_variant_get(c(f"_v_{n}"), "$", "bigint")).alias(n)]
+        elif kind is float:
+            values.append(F.when(ok, d).alias(n))
+        else:
+            values.append(F.when(ok, F.try_variant_get(c(f"_v_{n}"), "$", _TYPE_NAMES[kind])).alias(n))
+    df = df.select("*", *values)
+
+    keys = F.json_object_keys(c("_text"))  # only evaluated for what try_parse_json refused
+    rule = (F.when(c("_size").isNull() | (c("_size") == 0), F.lit("empty payload"))
+            .when(c("_size") > MAX_PAYLOAD_BYTES, F.lit("oversized payload"))
+            .when(~c("_utf8"), F.lit("invalid UTF-8"))
+            .when(c("v").isNull() & keys.isNotNull() & (F.size(keys) != F.size(F.array_distinct(keys))),
+                  F.lit("duplicate field"))
+            .when(c("v").isNull(), F.lit("malformed JSON"))
+            .when(~F.regexp_like(c("_text"), F.lit(r"^[ \t\r\n]*\{")), F.lit("not a JSON object")))
+    for n in required:
+        rule = rule.when(c(f"_m_{n}"), F.lit(f"missing field {n}"))
+    for n in fields:
+        rule = rule.when(~c(f"_m_{n}") & ~c(f"_ok_{n}"), F.lit(f"wrong type for {n}"))
+    for n, kind in fields.items():
+        if kind is str:
+            if n in ID_FIELDS:
+                rule = rule.when(F.length(F.trim(c(n))) == 0, F.lit(f"empty {n}"))
+            rule = rule.when(F.octet_length(c(n)) > MAX_ID_BYTES, F.lit(f"{n} too long"))
+    if "amount_cents" in fields:
+        amount = c("amount_cents")
+        rule = (rule.when(~c("_i_amount_cents"), F.lit("amount_cents not integral"))
+                .when(amount.isNull() | (amount <= 0) | (amount > MAX_AMOUNT_CENTS), F.lit("amount_cents out of range")))
+    if "lat" in fields:
+        lat, lon = c("lat"), c("lon")
+        rule = (rule.when(~_is_finite(lat) | ~_is_finite(lon), F.lit("lat/lon not finite"))
+                .when((F.abs(lat) > 90) | (F.abs(lon) > 180), F.lit("lat/lon out of range")))
+    for n in times:
+        if n in fields:
+            verdict = time_reason(n, c(n), c(f"_d_{n}"), c("_low"), c("_high"))
+            rule = rule.when(~c(f"_i_{n}"), F.lit(f"{n} not integral")).when(verdict.isNotNull(), verdict)
+    return df.select("*", rule.alias("_reason"))
+
+
+def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *, now_ms: int | None = None) -> DataFrame:
+    """Kafka rows -> transaction columns + `raw` (head, size) + `dlq_reason` (null when valid).
+
+    `now_ms` pins the processing time (tests); by default it is the micro-batch's timestamp.
+    """
+    s = s or load()
+    now = _now_ms(now_ms)
+    low, high = now - s.validation_past_seconds * 1000, now + s.validation_future_seconds * 1000
+    df = _validated(_envelope(kafka_df), TRANSACTION_FIELDS, REQUIRED_TRANSACTION_FIELDS, low, high)
+    return df.select("raw", "kafka_ts", "partition", "offset", *TRANSACTION_FIELDS, F.col("_reason").alias("dlq_reason"))
+
+
+def decision_reasons(kafka_df: DataFrame, s: Settings | None = None,
+                     fields=("txn_id", "card_id", "event_time", "is_fraud"), *, now_ms: int | None = None) -> DataFrame:
+    """Kafka rows of `decisions` -> `fields` typed, `kafka_ts`, `partition`, `offset` and `reason`
+    (null: valid).
+
+    The decision contract: the fields asked for are required; txn_id and card_id non-empty strings
+    of at most MAX_ID_BYTES bytes; is_fraud a boolean; event_time integral milliseconds, not
+    before DECISION_MIN_EVENT_TIME_MS and not ahead of the processing time by more than
+    VALIDATION_FUTURE_SECONDS (the usage job reads decisions long after they were made: replays,
+    backlogs; their event time was held to the 7-day window when they were decided); size, UTF-8
+    and JSON shape as for transactions.
+    """
+    s = s or load()
+    high = _now_ms(now_ms) + s.validation_future_seconds * 1000
+    df = _validated(_envelope(kafka_df), {k: DECISION_FIELDS[k] for k in fields}, list(fields),
+                    F.lit(DECISION_MIN_EVENT_TIME_MS).cast("bigint"), high, times=("event_time",))
+    return df.select(*fields, "kafka_ts", "partition", "offset", F.col("_reason").alias("reason"))
+
+
+def parse_decisions(kafka_df: DataFrame, fields=("txn_id", "card_id", "event_time", "is_fraud"),
+                    s: Settings | None = None) -> DataFrame:
     """Kafka rows of `decisions` -> the few columns the usage job needs, plus the record's
-    Kafka timestamp (`kafka_ts`) and `event_ts` (JVM-side JSON parsing)."""
-    schema = schema_of({k: DECISION_FIELDS[k] for k in fields})
-    d = F.from_json(F.col("value").cast("string"), schema)
-    return (kafka_df.select(d.alias("d"), F.col("timestamp").alias("kafka_ts"))
-            .select("d.*", "kafka_ts")
-            .where(F.col("txn_id").isNotNull())
-            .withColumn("event_ts", F.timestamp_millis("event_time")))
+    Kafka timestamp (`kafka_ts`) and `event_ts` (JVM-side JSON parsing and validation).
+
+    A decision that breaks the contract (`decision_reasons`) is not counted, and not silently:
+    each batch reports how many were rejected, and why, as the observed metric
+    `rejected_decisions` of the query's progress (`observedMetrics`: `rejected`, `reasons`).
+    """
+    checked = decision_reasons(kafka_df, s, fields)
+    reason = F.col("reason")
+    observed = checked.observe(DECISIONS_REJECTED, F.count_if(reason.isNotNull()).alias("rejected"),
+                               F.collect_set(reason).alias("reasons"))
+    out = observed.where(reason.isNull()).select(*fields, "kafka_ts")
+    if "event_time" in fields:
+        out = out.withColumn("event_ts", F.timestamp_millis("event_time"))
+    return out
