@@ -15,6 +15,7 @@ Kafka, then the `crash-after-sink` hook, then Spark commits.
 """
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -26,15 +27,16 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra import kafka_client
 from infra.config import Settings
-from infra.contracts import DECISION_FIELDS
+from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
 from pipelines.engine import checkpoints
 from pipelines.hooks import Faults
 
 JOB = "fraud"
 EXIT_FENCED = 3
-# A dead letter carries at most this much of the raw payload (a 1 MiB message must not make the
-# dead-letter record itself too large for the broker); `raw_bytes` says how long it was.
-DLQ_RAW_LIMIT = 16_384
+# A dead letter carries at most this many bytes of the raw payload (a 1 MiB message, or 200 KB
+# of invalid UTF-8, must not make the dead-letter record itself too large for the broker: at
+# most ~6 x this once JSON-escaped); `raw_bytes` says how long the payload was.
+DLQ_RAW_LIMIT = DEAD_LETTER_HEAD_BYTES
 MARKERS_SCAN = 500  # how far back from the end the markers topic is read for the last batch
 
 log = logging.getLogger(JOB)
@@ -56,13 +58,48 @@ def decision_records(rows: list[dict], decided_at: int, batch_id: int) -> list[d
     return out
 
 
+def _payload_head(raw) -> tuple[bytes, int]:
+    """(first DLQ_RAW_LIMIT bytes, size in bytes) of what the parser gives as `raw`: a struct of
+    the payload's head and size (pipelines/engine/sources.py), or the payload itself."""
+    if isinstance(raw, dict):
+        head, size = raw.get("head"), raw.get("size")
+    else:
+        head, size = raw, None
+    if head is None:
+        head = b""
+    elif isinstance(head, str):
+        head = head.encode("utf-8", "surrogatepass")
+    else:
+        head = bytes(head)
+    size = size if isinstance(size, int) and size >= len(head) else len(head)
+    return head[:DLQ_RAW_LIMIT], size
+
+
+def _as_text(head: bytes, truncated: bool) -> tuple[str, str]:
+    """(text, encoding): the bytes as UTF-8 text, or as base64 when they are not valid UTF-8. A
+    character cut in two by the truncation is dropped rather than making the whole head base64."""
+    try:
+        return head.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as exc:
+        if truncated and exc.end == len(head) and exc.reason == "unexpected end of data":
+            try:
+                return head[:exc.start].decode("utf-8"), "utf-8"
+            except UnicodeDecodeError:
+                pass
+        return base64.b64encode(head).decode("ascii"), "base64"
+
+
 def dead_letter(row: dict, topic: str, ts: int) -> dict:
-    """One dead-letter record: the reason, where it came from, and the payload (bounded, pure)."""
-    raw = row["raw"] if row["raw"] is not None else ""
-    size = len(raw.encode("utf-8", "replace"))
-    return {"reason": row["dlq_reason"], "raw": raw[:DLQ_RAW_LIMIT] if size > DLQ_RAW_LIMIT else raw,
-            "raw_bytes": size, "raw_truncated": size > DLQ_RAW_LIMIT, "partition": row["partition"],
-            "offset": row["offset"], "topic": topic, "ts": ts}
+    """One dead-letter record (pure, and it cannot fail): the reason, where the record came from
+    (topic, partition, offset), its size in bytes, and the first DLQ_RAW_LIMIT bytes of the
+    payload, as text when they are UTF-8 and as base64 (`raw_encoding`) when they are not. Built
+    from the raw Kafka bytes, so invalid UTF-8 is never expanded."""
+    head, size = _payload_head(row.get("raw"))
+    truncated = size > len(head)
+    text, encoding = _as_text(head, truncated)
+    return {"reason": str(row.get("dlq_reason") or "unknown"), "raw": text, "raw_encoding": encoding,
+            "raw_bytes": size, "raw_truncated": truncated, "partition": row.get("partition"),
+            "offset": row.get("offset"), "topic": topic, "ts": ts}
 
 
 class Fenced(RuntimeError):
