@@ -119,7 +119,10 @@ def build_scored(spark, o: Options, s: Settings):
 
     parsed = parse_transactions(read_kafka(spark, o.transactions_topic, s,
                                            starting_offsets=o.starting_offsets,
-                                           max_offsets_per_trigger=o.max_offsets_per_trigger))
+                                           # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a
+                                           # backlog drains in batches of bounded memory
+                                           max_offsets_per_trigger=o.max_offsets_per_trigger
+                                           or s.max_offsets_per_trigger))
     bad = parsed.where(F.col("dlq_reason").isNotNull())
     valid = (parsed.where(F.col("dlq_reason").isNull())
              .withColumn("event_ts", F.timestamp_millis("event_time"))
