@@ -18,18 +18,28 @@ it can be, for none of the others:
   merchant of the home city, each at most `BURST_MAX_GAP_MS` (3 s) after the previous: 10+ in
   under 50 s. A windowed counter can only flag a burst from its 6th or 7th payment on.
 
-Malformed messages (`BAD_KINDS`), each labelled `bad:<kind>`, match the dead-letter reasons of
-pipelines/sources.py: bad JSON (truncated, or key=value text), a missing required field, a wrong
-type (text where a number belongs), an absurd value (amount <= 0 or over the limit, lat/lon off
-the globe) and an oversized payload (> MAX_PAYLOAD_BYTES).
+Malformed messages (`BAD_KINDS`), each labelled `bad:<kind>`, one per way a card network's feed
+can break the validation contract (infra/contracts.py; pipelines/engine/sources.py applies it):
+shapes (not JSON, not an object, nested too deep, the transaction wrapped in another object),
+encodings (invalid UTF-8, Latin-1, UTF-16, overlong and surrogate sequences, a byte-order mark,
+lone surrogate escapes, raw control characters), NaN/Infinity, wrong types (numbers or objects as
+ids, numbers as text), empty, blank and too long ids (counted in bytes), absurd amounts, clock
+units (seconds, microseconds, nanoseconds) and times far in the past or the future, a field twice
+with another value, and sizes (over the limit in bytes but not in characters, 200 KB of invalid
+UTF-8, a 900 KB body). `BAD_REASONS[kind]` is the dead-letter reason each kind gets (for the five
+original kinds, which vary at random, a part of it). The `bad-input` fault sends them in turn, so
+a press of 50 shows every kind; `--bad-rate` draws them at random.
 """
 from __future__ import annotations
 
+import base64
 import json
+import math
 
 import numpy as np
 
-from infra.contracts import MAX_AMOUNT_CENTS, MAX_PAYLOAD_BYTES, REQUIRED_TRANSACTION_FIELDS
+from infra.contracts import (ID_FIELDS, MAX_AMOUNT_CENTS, MAX_ID_BYTES, MAX_JSON_DEPTH, MAX_PAYLOAD_BYTES,
+                             REQUIRED_TRANSACTION_FIELDS, TIME_FIELDS, TRANSACTION_FIELDS, time_reason)
 
 NORMAL_SIGMA = 0.3
 MIN_AMOUNT_CENTS = 50
@@ -43,7 +53,46 @@ BURST_MAX_GAP_MS = 3_000
 
 NORMAL, SPIKE, TRAVEL, TESTING = "normal", "spend-spike", "impossible-travel", "card-testing"
 FRAUD_PATTERNS = (SPIKE, TRAVEL, TESTING)
-BAD_KINDS = ("bad-json", "missing-field", "wrong-type", "absurd-value", "oversized")
+DAY_MS = 86_400_000
+# kind -> its dead-letter reason (the first five vary at random: a part of their reason)
+BAD_REASONS = {
+    # the original five
+    "bad-json": "malformed JSON", "missing-field": "missing field", "wrong-type": "wrong type",
+    "absurd-value": "out of range", "oversized": "oversized payload",
+    # shapes
+    "empty": "empty payload", "blank": "malformed JSON", "json-array": "not a JSON object",
+    "json-string": "not a JSON object", "json-null": "not a JSON object",
+    "nested-transaction": "missing field txn_id", "deep-nesting": "malformed JSON",
+    # encodings
+    "invalid-utf8": "invalid UTF-8", "latin-1": "invalid UTF-8", "utf-16": "invalid UTF-8",
+    "overlong-utf8": "invalid UTF-8", "cesu-surrogate": "invalid UTF-8", "bom": "malformed JSON",
+    "lone-surrogate": "malformed JSON", "control-char": "malformed JSON",
+    # NaN and Infinity
+    "nan": "malformed JSON", "infinity": "malformed JSON", "nan-string": "wrong type for lat",
+    "huge-exponent": "lat/lon not finite",
+    # types
+    "null-field": "missing field card_id", "numeric-id": "wrong type for txn_id",
+    "object-id": "wrong type for card_id", "array-amount": "wrong type for amount_cents",
+    "string-amount": "wrong type for amount_cents", "string-time": "wrong type for event_time",
+    # ids
+    "empty-id": "empty txn_id", "blank-id": "empty card_id", "long-id": "txn_id too long",
+    "long-id-multibyte": "card_id too long",
+    # amounts
+    "zero-amount": "amount_cents out of range", "fractional-amount": "amount_cents not integral",
+    "huge-amount": "amount_cents out of range",
+    # clocks
+    "event-seconds": "event_time in seconds", "event-micros": "event_time in microseconds",
+    "event-nanos": "event_time in nanoseconds", "produced-nanos": "produced_at in nanoseconds",
+    "far-past": "event_time too far in the past", "far-future": "event_time too far in the future",
+    "overflow-time": "event_time too far in the future", "fractional-time": "event_time not integral",
+    # a field twice, with another value
+    "duplicate-id": "duplicate field", "duplicate-amount": "duplicate field",
+    # sizes, in bytes
+    "oversized-multibyte": "oversized payload", "huge-900k": "oversized payload",
+    "invalid-utf8-200k": "oversized payload",
+}
+BAD_KINDS = tuple(BAD_REASONS)
+RANDOM_KINDS = BAD_KINDS[:5]  # their reason varies with the draw; BAD_REASONS holds a part of it
 
 TX_FORMAT = ('{"txn_id":"%s","card_id":"%s","merchant_id":"%s","amount_cents":%d,"currency":"%s",'
              '"lat":%.5f,"lon":%.5f,"event_time":%d,"produced_at":')
@@ -70,17 +119,120 @@ def stamp(prefix: bytes, produced_at: int) -> bytes:
     return prefix + b"%d}" % produced_at
 
 
-def label(txn_id: str, pattern: str, late: bool = False, raw: str | None = None) -> bytes:
+def label(txn_id: str, pattern: str, late: bool = False, raw: str | bytes | None = None) -> bytes:
+    """A label; `raw` (the payload, for a message with no readable txn_id) is kept as text, or as
+    base64 with `"raw_encoding": "base64"` when it is not valid UTF-8."""
     is_fraud = pattern in FRAUD_PATTERNS
     text = LABEL_FORMAT % (txn_id, "true" if is_fraud else "false", pattern, "true" if late else "false")
     if raw is not None:
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = text[:-1] + ',"raw_encoding":"base64"}'
+                raw = base64.b64encode(raw).decode("ascii")
         text = text[:-1] + ',"raw":' + json.dumps(raw) + "}"
     return text.encode()
 
 
+def _json(doc) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _with(f: dict, **changes) -> bytes:
+    return _json({**f, **changes})
+
+
+def _utf8(f: dict, **changes) -> bytes:
+    """Like `_with`, with non-ASCII characters as UTF-8 bytes rather than \\u escapes."""
+    return json.dumps({**f, **changes}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _spliced(f: dict, name: str, raw: bytes) -> bytes:
+    """The transaction with `raw` bytes put verbatim as the JSON value of `name`."""
+    return _with(f, **{name: "\x00SPLICE\x00"}).replace(b'"\\u0000SPLICE\\u0000"', raw)
+
+
+def _in_string(f: dict, name: str, raw: bytes) -> bytes:
+    """The transaction with `raw` bytes put verbatim at the start of the string value of `name`."""
+    return _spliced(f, name, b'"' + raw + str(f[name]).encode() + b'"')
+
+
+def _appended(f: dict, raw: bytes) -> bytes:
+    """The transaction with `raw` (`,"name":value`) added verbatim before its closing brace."""
+    return _json(f)[:-1] + raw + b"}"
+
+
+_BUILDERS = {
+    "empty": lambda f: b"",
+    "blank": lambda f: b" \n\t ",
+    "json-array": lambda f: _json([f]),
+    "json-string": lambda f: _json(f["txn_id"]),
+    "json-null": lambda f: b"null",
+    "nested-transaction": lambda f: _json({"transaction": f}),
+    "deep-nesting": lambda f: _appended(f, b',"extra":' + b"[" * (3 * MAX_JSON_DEPTH) + b"]" * (3 * MAX_JSON_DEPTH)),
+    "invalid-utf8": lambda f: _in_string(f, "merchant_id", b"\xff\xfe"),
+    "latin-1": lambda f: json.dumps({**f, "merchant_id": "Caf\u00e9 " + f["merchant_id"]},
+                                    ensure_ascii=False).encode("latin-1"),
+    "utf-16": lambda f: json.dumps(f).encode("utf-16"),
+    "overlong-utf8": lambda f: _in_string(f, "merchant_id", b"\xc0\xaf"),
+    "cesu-surrogate": lambda f: _in_string(f, "merchant_id", b"\xed\xa0\x80"),
+    "bom": lambda f: b"\xef\xbb\xbf" + _json(f),
+    "lone-surrogate": lambda f: _with(f, merchant_id="\ud800" + f["merchant_id"]),
+    "control-char": lambda f: _in_string(f, "merchant_id", b"\x00\x01"),
+    "nan": lambda f: _spliced(f, "lat", b"NaN"),
+    "infinity": lambda f: _spliced(f, "lon", b"-Infinity"),
+    "nan-string": lambda f: _with(f, lat="NaN"),
+    "huge-exponent": lambda f: _spliced(f, "lat", b"1e400"),
+    "null-field": lambda f: _with(f, card_id=None),
+    "numeric-id": lambda f: _with(f, txn_id=int("".join(c for c in f["txn_id"] if c.isdigit()) or "0")),
+    "object-id": lambda f: _with(f, card_id={"id": f["card_id"], "issuer": "cardstream"}),
+    "array-amount": lambda f: _with(f, amount_cents=[f["amount_cents"], f["amount_cents"]]),
+    "string-amount": lambda f: _with(f, amount_cents=str(f["amount_cents"])),
+    "string-time": lambda f: _with(f, event_time=str(f["event_time"])),
+    "empty-id": lambda f: _with(f, txn_id=""),
+    "blank-id": lambda f: _with(f, card_id="   "),
+    "long-id": lambda f: _with(f, txn_id=f["txn_id"] + "-" + "x" * (2 * MAX_ID_BYTES)),
+    "long-id-multibyte": lambda f: _utf8(f, card_id="\u20ac" * (MAX_ID_BYTES // 3 + 10)),  # few chars, many bytes
+    "zero-amount": lambda f: _with(f, amount_cents=0),
+    "fractional-amount": lambda f: _with(f, amount_cents=f["amount_cents"] + 0.5),
+    "huge-amount": lambda f: _with(f, amount_cents=10 ** 30),
+    "event-seconds": lambda f: _with(f, event_time=f["event_time"] // 1_000),
+    "event-micros": lambda f: _with(f, event_time=f["event_time"] * 1_000),
+    "event-nanos": lambda f: _with(f, event_time=f["event_time"] * 1_000_000),
+    "produced-nanos": lambda f: _with(f, produced_at=f["produced_at"] * 1_000_000),
+    "far-past": lambda f: _with(f, event_time=f["event_time"] - 30 * DAY_MS),
+    "far-future": lambda f: _with(f, event_time=f["event_time"] + DAY_MS),
+    "overflow-time": lambda f: _with(f, event_time=2 ** 70),
+    "fractional-time": lambda f: _with(f, event_time=f["event_time"] + 0.5),
+    "duplicate-id": lambda f: _appended(f, b',"txn_id":' + _json(f["txn_id"] + "-again")),
+    "duplicate-amount": lambda f: _appended(f, b',"amount_cents":-5'),
+    "oversized-multibyte": lambda f: _utf8(f, note="\u20ac" * (MAX_PAYLOAD_BYTES // 3 + 500)),
+    "huge-900k": lambda f: _with(f, note="x" * 900_000),
+    "invalid-utf8-200k": lambda f: _appended(f, b',"note":"' + b"\xff" * 200_000 + b'"'),
+}
+assert set(_BUILDERS) | set(RANDOM_KINDS) == set(BAD_KINDS)
+
+
+def has_txn_id(payload: bytes, txn_id: str) -> bool:
+    """Whether the payload is a JSON object whose txn_id reads as `txn_id` (else its label carries it)."""
+    try:
+        doc = json.loads(payload.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("txn_id") == txn_id
+
+
 def malformed(fields: dict, kind: str, rng: np.random.Generator) -> tuple[bytes, bool]:
-    """A malformed message of `kind` made from a valid transaction: (payload, still has a txn_id)."""
+    """A malformed message of `kind` made from a valid transaction: (payload, still has a txn_id).
+
+    Times are derived from the transaction's own `event_time` / `produced_at`, so a clock-unit
+    kind is wrong in the same way whenever it is sent.
+    """
     f = dict(fields)
+    if kind in _BUILDERS:
+        payload = _BUILDERS[kind](f)
+        return payload, has_txn_id(payload, f["txn_id"])
     if kind == "bad-json":
         text = json.dumps(f, separators=(",", ":"))
         if rng.random() < 0.7:  # truncated: a strict prefix of a JSON object is never valid JSON
@@ -109,35 +261,135 @@ def malformed(fields: dict, kind: str, rng: np.random.Generator) -> tuple[bytes,
     return json.dumps(f, separators=(",", ":")).encode(), "txn_id" in f
 
 
-def dead_letter_reason(payload: bytes) -> str | None:
-    """Why pipelines/sources.py would send this payload to the dead letters (None: valid).
+# ------------------------------------------------------------------ the contract, in Python
 
-    The same rules in plain Python, so the simulator's tests can check that every malformed
-    message is caught and every valid one passes.
+class _Pairs(list):
+    """A JSON object as its (name, value) pairs, duplicates kept."""
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of objects and arrays, strings skipped."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _plain(value, *, top: bool = False):
+    """_Pairs -> dict (ValueError on a nested duplicate or a lone surrogate; a top-level duplicate
+    is reported apart)."""
+    if isinstance(value, _Pairs):
+        names = [k for k, _ in value]
+        if len(set(names)) != len(names) and not top:
+            raise ValueError("duplicate name in a nested object")
+        for k in names:
+            _plain(k)
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value):
+        raise ValueError("lone surrogate")
+    return value
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _integral(value) -> bool:
+    d = _number(value)
+    return d is not None and math.isfinite(d) and d == math.floor(d)
+
+
+def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms: int = 7 * DAY_MS,
+                       future_ms: int = 300_000) -> str | None:
+    """Why pipelines/engine/sources.py would dead-letter this payload (None: valid).
+
+    The same rules in the same order, in plain Python, so the simulator's tests can check that
+    every malformed message is caught with its reason and every valid one passes. The time window
+    is checked only when `now_ms` (the processing time) is given.
     """
-    from infra.contracts import TRANSACTION_FIELDS
-
+    if not payload:
+        return "empty payload"
     if len(payload) > MAX_PAYLOAD_BYTES:
         return "oversized payload"
     try:
-        doc = json.loads(payload)
-    except ValueError:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "invalid UTF-8"
+    start = len(text) - len(text.lstrip(" \t\r\n"))
+    try:
+        if _depth(text) > MAX_JSON_DEPTH:
+            raise ValueError("nested too deep")
+        # like the JVM's reader: what follows the first JSON value is not read
+        raw, _ = json.JSONDecoder(object_pairs_hook=_Pairs, parse_constant=_refuse_constant).raw_decode(text, start)
+        doc = _plain(raw, top=True)
+    except (ValueError, RecursionError):
         return "malformed JSON"
+    if isinstance(raw, _Pairs) and len({k for k, _ in raw}) != len(raw):
+        return "duplicate field"
     if not isinstance(doc, dict):
-        return "malformed JSON"
+        return "not a JSON object"
     for name in REQUIRED_TRANSACTION_FIELDS:
         if doc.get(name) is None:
             return f"missing field {name}"
     for name, kind in TRANSACTION_FIELDS.items():
         value = doc.get(name)
-        if value is None or kind is str:
+        if value is None:
             continue
-        try:
-            float(value) if kind is float else int(value)
-        except (TypeError, ValueError):
+        if (isinstance(value, str) if kind is str else _number(value) is not None) is False:
             return f"wrong type for {name}"
-    if not 0 < int(doc["amount_cents"]) <= MAX_AMOUNT_CENTS:
+    for name, kind in TRANSACTION_FIELDS.items():
+        value = doc.get(name)
+        if kind is not str or value is None:
+            continue
+        if name in ID_FIELDS and value.strip(" ") == "":
+            return f"empty {name}"
+        if len(value.encode("utf-8")) > MAX_ID_BYTES:
+            return f"{name} too long"
+    amount = doc["amount_cents"]
+    if not _integral(amount):
+        return "amount_cents not integral"
+    if not 0 < int(amount) <= MAX_AMOUNT_CENTS:
         return "amount_cents out of range"
-    if abs(float(doc["lat"])) > 90 or abs(float(doc["lon"])) > 180:
+    lat, lon = _number(doc["lat"]), _number(doc["lon"])
+    if not (math.isfinite(lat) and math.isfinite(lon)):
+        return "lat/lon not finite"
+    if abs(lat) > 90 or abs(lon) > 180:
         return "lat/lon out of range"
+    for name in TIME_FIELDS:
+        value = doc[name]
+        if not _integral(value):
+            return f"{name} not integral"
+        if now_ms is None:
+            continue
+        n = int(value)
+        if not -2 ** 63 <= n < 2 ** 63:
+            return f"{name} too far in the future" if n > 0 else f"{name} too far in the past"
+        reason = time_reason(name, n, now_ms - past_ms, now_ms + future_ms)
+        if reason:
+            return reason
     return None

@@ -143,6 +143,7 @@ class Stream:
         self.seq = 0
         self.forced_late = 0
         self.forced_bad = 0
+        self.next_bad_kind = 0  # forced malformed messages (the bad-input fault) take the kinds in turn
         self.recent: deque = deque(maxlen=YOUNG)  # (card, generation, time) of on-time ordinary payments
         self.seasoned: deque = deque(maxlen=RECENT)  # those of them at least TRAVEL_MIN_GAP_MS old
         self._held: list = []      # late payments: (emit_ms, seq, card, Event)
@@ -291,7 +292,7 @@ class Stream:
             card = slot_cards[i]
             if self.forced_bad > 0:
                 self.forced_bad -= 1
-                self._malformed(card, slot_merchants[i], slot_amounts[i])
+                self._malformed(card, slot_merchants[i], slot_amounts[i], forced=True)
                 continue
             if u >= t_burst:  # ordinary
                 late = False
@@ -394,9 +395,15 @@ class Stream:
             self._emit(self._payment(card, merchant, amounts[j], P.TESTING))
         self.cards.reissue(card)
 
-    def _malformed(self, card: int, merchant: int, amount: int) -> None:
+    def _malformed(self, card: int, merchant: int, amount: int, forced: bool = False) -> None:
+        """A malformed message: of the next kind in turn when forced (so the bad-input fault shows
+        every kind), of a random kind otherwise."""
         cards, merchants = self.cards, self.merchants
-        kind = P.BAD_KINDS[int(self.g_bad.integers(len(P.BAD_KINDS)))]
+        if forced:
+            kind = P.BAD_KINDS[self.next_bad_kind % len(P.BAD_KINDS)]
+            self.next_bad_kind += 1
+        else:
+            kind = P.BAD_KINDS[int(self.g_bad.integers(len(P.BAD_KINDS)))]
         txn_id = self._next_id()
         t = int(self.clock + 0.5)
         fields = {"txn_id": txn_id, "card_id": cards.ids[card], "merchant_id": merchants.ids[merchant],
@@ -404,6 +411,6 @@ class Stream:
                   "lat": round(merchants.lat_list[merchant], 5), "lon": round(merchants.lon_list[merchant], 5),
                   "event_time": t, "produced_at": t}
         payload, has_id = P.malformed(fields, kind, self.g_bad)
-        raw = None if has_id else payload.decode()
+        raw = None if has_id else payload  # the label keeps it as text, or base64 if not UTF-8
         self._emit(Event(self.clock, txn_id, cards.keys[card], None, payload,
                          P.label(txn_id, f"bad:{kind}", raw=raw), f"bad:{kind}", False, t))
