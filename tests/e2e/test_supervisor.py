@@ -18,12 +18,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
 
-from infra.config import ROOT
-from tests.harness.browser import SHOTS, chromium, streamlit
-from controlplane import commands
+from controlplane import commands, ledger
 from controlplane.store import connect
+from infra import kafka_client
+from infra.config import ROOT
+from pipelines.guarantees import policy
+from tests.harness.browser import SHOTS, chromium, streamlit
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -58,12 +59,12 @@ def procs_with_env(name: str, value: str) -> list[int]:
 class Producer:
     """Writes decisions with unique txn_ids at a steady pace until stopped; counts acks."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: float = 150.0):
+    def __init__(self, topic: str, rate: float = 150.0):
         self.topic, self.rate = topic, rate
         self.prefix = uuid.uuid4().hex[:6]  # a second producer must not repeat the first one's ids
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", retries=1_000_000,
-                                      enable_idempotence=True, delivery_timeout_ms=300_000,
-                                      request_timeout_ms=10_000, linger_ms=5)
+        # idempotent and patient: it rides out the broker-down fault without losing or repeating
+        self.producer = kafka_client.producer(None, acks="all", retries=1_000_000, enable_idempotence=True,
+                                              delivery_timeout_ms=300_000, request_timeout_ms=10_000, linger_ms=5)
         self.acked = 0
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -94,9 +95,8 @@ class Producer:
         self.producer.close()
 
 
-def distinct_in_topic(bootstrap: str, topic: str) -> int:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
+def distinct_in_topic(topic: str) -> int:
+    consumer = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=3000)
     ids = {json.loads(m.value)["txn_id"] for m in consumer}
     consumer.close()
     return len(ids)
@@ -139,7 +139,7 @@ def supervised(kafka, topic, settings, tmp_path_factory):
            "CARDSTREAM_RUN_DIR": str(settings.run_dir), "KAFKA_PORT": str(settings.kafka_port),
            "KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
     sup = Supervised(env, work / "supervisor.log")
-    sup.producer = Producer(kafka, decisions)
+    sup.producer = Producer(decisions)
     sup.producer.thread.start()
     sup.decisions = decisions
     sup.start()
@@ -208,18 +208,26 @@ def test_crash_pressed_in_the_dashboard_is_recovered_and_shown(supervised, tmp_p
         page.screenshot(path=str(SHOTS / "live-guarantees-after-crash.png"), full_page=True)
 
 
+def eo_applied_twice(sup) -> list[tuple]:
+    """(checkpoint, batch) keys the exactly-once sink applied more than once (must be none)."""
+    keys = [(r["checkpoint_id"], r["batch_id"]) for r in ledger.batches(sup.db, policy("exactly-once").query)
+            if r["outcome"] == ledger.APPLIED]
+    return sorted({k for k in keys if keys.count(k) > 1})
+
+
 def test_broker_down_for_10_s_loses_nothing_under_exactly_once(supervised, kafka):
-    command_id = commands.issue(supervised.db, "broker-down", "usage", seconds=10)
+    command_id = commands.issue(supervised.db, "broker-down", seconds=10)  # the broker, not a job
     row = supervised.wait_command(command_id, timeout=120)
     assert row["status"] == "done", row["result"]
     before = supervised.eo_processed()
     wait_for("batches after the outage", lambda: supervised.eo_processed() > before, timeout=180)
     supervised.producer.stop()
-    truth = distinct_in_topic(kafka, supervised.decisions)
+    truth = distinct_in_topic(supervised.decisions)
     assert truth >= supervised.producer.acked > 0
     wait_for(f"exactly-once to reach the truth ({truth})", lambda: supervised.eo_processed() >= truth, 180)
     time.sleep(3)  # a duplicate batch would land now
     assert supervised.eo_processed() == truth
+    assert eo_applied_twice(supervised) == []
 
 
 def test_zombie_writes_are_rejected(supervised, kafka):
@@ -227,7 +235,7 @@ def test_zombie_writes_are_rejected(supervised, kafka):
     before = supervised.eo_processed()
     command_id = commands.issue(supervised.db, "zombie", "usage", seconds=15)
     # Fresh input while the zombie is frozen, so it wakes up with a batch to write.
-    producer = Producer(kafka, supervised.decisions)
+    producer = Producer(supervised.decisions)
     producer.thread.start()
     time.sleep(20)
     producer.stop()
@@ -237,10 +245,19 @@ def test_zombie_writes_are_rejected(supervised, kafka):
     assert "rejected by fencing" in row["result"] or "stopped by Spark" in row["result"]
     if "rejected by fencing" in row["result"]:
         assert rejected >= 1
-    truth = distinct_in_topic(kafka, supervised.decisions)
+        [last] = list(supervised.db.query("SELECT * FROM rejected_writes ORDER BY id DESC LIMIT 1"))
+        assert last["job"] == "usage" and last["epoch"] < last["current_epoch"]
+    truth = distinct_in_topic(supervised.decisions)
     wait_for("exactly-once to reach the truth after the zombie",
              lambda: supervised.eo_processed() >= truth, timeout=180)
     assert supervised.eo_processed() == truth > before
+    # nothing the zombie wrote after waking reached the ledger: no batch was applied twice, and a
+    # rejected epoch has no ledger row later than the first one of a newer epoch
+    assert eo_applied_twice(supervised) == []
+    rows = ledger.batches(supervised.db, policy("exactly-once").query)
+    for (stale,) in supervised.db.execute("SELECT DISTINCT epoch FROM rejected_writes WHERE job = 'usage'"):
+        newer = [r["ts"] for r in rows if r["epoch"] > stale]
+        assert newer and all(r["ts"] <= min(newer) for r in rows if r["epoch"] == stale), stale
 
 
 def test_a_command_runs_exactly_once_across_a_supervisor_kill(supervised):
