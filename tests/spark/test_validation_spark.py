@@ -1,0 +1,140 @@
+"""The validation contract's Spark SQL expressions (pipelines/engine/sources.py) on static frames
+shaped like the Kafka source: every kind of the simulator's malformed corpus gets its reason, the
+same one the Python mirror gives; valid transactions (edges included) pass with their values; no
+invalid record reaches `timestamp_millis`; the dead-letter head is bounded in bytes; decisions get
+the same contract and the rejected ones are counted, not dropped silently."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES
+from pipelines.engine.sources import DECISIONS_REJECTED, decision_reasons, parse_decisions, parse_transactions
+from simulator import patterns as P
+
+NOW = 1_750_000_000_000
+KAFKA_DDL = "value binary, partition int, offset long, timestamp timestamp"
+
+
+def kafka_frame(spark, values):
+    from datetime import datetime, timezone
+
+    ts = datetime.fromtimestamp(NOW / 1000, timezone.utc)
+    return spark.createDataFrame([(v, 0, i, ts) for i, v in enumerate(values)], KAFKA_DDL)
+
+
+def fields(t=NOW - 1_000, **changes):
+    return {"txn_id": "t-000123", "card_id": "c-9", "merchant_id": "m-1", "amount_cents": 2_500, "currency": "EUR",
+            "lat": 48.85661, "lon": 2.35222, "event_time": t, "produced_at": t, **changes}
+
+
+def test_every_malformed_kind_gets_its_reason_in_spark_as_in_python(spark, settings):
+    rng = np.random.default_rng(5)
+    cases = []
+    for kind in P.BAD_KINDS:
+        for _ in range(6 if kind in P.RANDOM_KINDS else 1):
+            cases.append((kind, P.malformed(fields(), kind, rng)[0]))
+    rows = parse_transactions(kafka_frame(spark, [p for _, p in cases]), settings, now_ms=NOW).collect()
+    assert len(rows) == len(cases)
+    wrong = []
+    for (kind, payload), row in zip(cases, sorted(rows, key=lambda r: r.offset)):
+        mirror = P.dead_letter_reason(payload, NOW)
+        expected_ok = (P.BAD_REASONS[kind] in (row.dlq_reason or "")) if kind in P.RANDOM_KINDS \
+            else row.dlq_reason == P.BAD_REASONS[kind]
+        if not expected_ok or row.dlq_reason != mirror:
+            wrong.append((kind, row.dlq_reason, mirror))
+        assert row.raw["size"] == len(payload) and row.raw["head"] == payload[:DEAD_LETTER_HEAD_BYTES]
+    assert not wrong, wrong
+
+
+def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(spark, settings):
+    from pyspark.sql import functions as F
+
+    ok = [fields(), fields(amount_cents=1, lat=-90, lon=180), fields(amount_cents=P.MAX_AMOUNT_CENTS),
+          fields(txn_id="x" * MAX_ID_BYTES, card_id="\u20ac" * (MAX_ID_BYTES // 3)),
+          fields(merchant_id=None, currency=None), fields(t=NOW - 7 * P.DAY_MS), fields(t=NOW + 300_000),
+          {**fields(), "note": {"nested": ["objects", "are", "allowed", "beside", "the", "contract"]}}]
+    payloads = [json.dumps(d, ensure_ascii=False).encode() for d in ok]
+    payloads.append(P._json(fields()).replace(b":2500,", b":2.5e3,"))  # an integral number written otherwise
+    bad = [P.malformed(fields(), kind, np.random.default_rng(1))[0] for kind in P.BAD_KINDS]
+    parsed = parse_transactions(kafka_frame(spark, payloads + bad), settings, now_ms=NOW)
+    rows = sorted(parsed.collect(), key=lambda r: r.offset)
+    assert [r.dlq_reason for r in rows[:len(payloads)]] == [None] * len(payloads)
+    assert all(r.dlq_reason is not None for r in rows[len(payloads):])
+    for doc, row in zip(ok, rows):
+        for name in P.TRANSACTION_FIELDS:
+            assert getattr(row, name) == doc.get(name), (name, doc, row)
+    assert rows[len(ok)].amount_cents == 2500
+    # the fraud job's path: only valid records reach timestamp_millis (nanoseconds would overflow it)
+    valid = parsed.where(F.col("dlq_reason").isNull()).withColumn("event_ts", F.timestamp_millis("event_time"))
+    assert valid.count() == len(payloads)
+
+
+def test_the_window_follows_the_settings_and_the_processing_time(spark, settings):
+    from dataclasses import replace
+
+    payload = P._json(fields(t=NOW - 3_600_000))
+    narrow = replace(settings, validation_past_seconds=60, validation_future_seconds=1)
+    assert parse_transactions(kafka_frame(spark, [payload]), settings, now_ms=NOW).first().dlq_reason is None
+    assert parse_transactions(kafka_frame(spark, [payload]), narrow, now_ms=NOW).first().dlq_reason == \
+        "event_time too far in the past"
+    # by default `now` is the (micro-)batch's own time
+    fresh = int(time.time() * 1000)
+    row = parse_transactions(kafka_frame(spark, [P._json(fields(t=fresh))]), settings).first()
+    assert row.dlq_reason is None
+
+
+DECISION = {"txn_id": "t-1", "card_id": "c-1", "merchant_id": "m-1", "amount_cents": 100, "event_time": NOW - 1000,
+            "produced_at": NOW - 900, "decided_at": NOW - 800, "score": 0.1, "is_fraud": False, "is_late": False}
+
+
+def test_decisions_get_the_same_contract(spark, settings):
+    cases = [
+        (DECISION, None),
+        ({**DECISION, "event_time": 1_700_000_000_000}, None),  # old decisions are counted (replays, backlogs)
+        ({k: v for k, v in DECISION.items() if k != "txn_id"}, "missing field txn_id"),
+        ({**DECISION, "txn_id": 17}, "wrong type for txn_id"),
+        ({**DECISION, "card_id": ""}, "empty card_id"),
+        ({**DECISION, "card_id": "c" * (MAX_ID_BYTES + 1)}, "card_id too long"),
+        ({**DECISION, "is_fraud": "yes"}, "wrong type for is_fraud"),
+        ({**DECISION, "event_time": (NOW - 1000) * 1_000_000}, "event_time in nanoseconds"),
+        ({**DECISION, "event_time": (NOW - 1000) // 1000}, "event_time in seconds"),
+        ({**DECISION, "event_time": NOW + 86_400_000}, "event_time too far in the future"),
+        ({**DECISION, "event_time": "soon"}, "wrong type for event_time"),
+    ]
+    payloads = [json.dumps(d).encode() for d, _ in cases] + [b"\xff{}", b"[]", b""]
+    expected = [r for _, r in cases] + ["invalid UTF-8", "not a JSON object", "empty payload"]
+    rows = sorted(decision_reasons(kafka_frame(spark, payloads), settings, now_ms=NOW).collect(),
+                  key=lambda r: r.offset)
+    assert [r.reason for r in rows] == expected
+    assert rows[0].txn_id == "t-1" and rows[0].event_time == NOW - 1000 and rows[0].is_fraud is False
+
+
+def test_rejected_decisions_are_not_counted_and_are_reported_per_batch(spark, settings, tmp_path):
+    """parse_decisions in a real streaming query: the rejected ones are left out of the batch and
+    counted in the query progress's observed metric."""
+    from pyspark.sql import functions as F
+
+    good = [json.dumps({**DECISION, "txn_id": f"t-{i}", "event_time": int(time.time() * 1000)}).encode()
+            for i in range(5)]
+    bad = [json.dumps({**DECISION, "txn_id": ""}).encode(), b"{oops",
+           json.dumps({**DECISION, "event_time": int(time.time() * 1000) * 1000}).encode()]
+    values = good + bad
+    # a streaming source shaped like Kafka's: the rate-micro-batch source, one row per payload
+    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", len(values)).load()
+              .where(F.col("value") < len(values))
+              .select(F.element_at(F.array(*[F.lit(v) for v in values]), (F.col("value") + 1).cast("int")).alias("value"),
+                      F.lit(0).alias("partition"), F.col("value").alias("offset"), F.col("timestamp")))
+    seen = []
+    query = (parse_decisions(stream, s=settings).writeStream
+             .foreachBatch(lambda df, _: seen.extend(r.txn_id for r in df.collect()))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(once=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert sorted(seen) == [f"t-{i}" for i in range(5)]
+    progress = [p for p in query.recentProgress if p.numInputRows]
+    metrics = progress[-1].observedMetrics[DECISIONS_REJECTED]
+    assert metrics["rejected"] == 3
+    assert sorted(metrics["reasons"]) == ["empty txn_id", "event_time in microseconds", "malformed JSON"]
