@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from controlplane.store import transaction
 from infra import broker, kafka_client
@@ -30,9 +31,11 @@ def test_broker_up_is_idempotent(kafka, settings):
 
 
 def _transactions(n):
+    """Valid transactions stamped now (times outside the validation window are dead letters)."""
+    now = int(time.time() * 1000)
     return [{"txn_id": f"tx-{i}", "card_id": f"card-{i % 7}", "merchant_id": f"m-{i % 3}",
              "amount_cents": 100 + i, "currency": "EUR", "lat": 52.0 + i / 100, "lon": 4.0,
-             "event_time": 1_700_000_000_000 + i, "produced_at": 1_700_000_000_000 + i}
+             "event_time": now - 1000 + i, "produced_at": now}
             for i in range(n)]
 
 
@@ -43,6 +46,8 @@ def test_streaming_query_lands_kafka_json_in_the_store(kafka, spark, topic, stor
     for txn in sent:
         producer.send(name, key=txn["card_id"].encode(), value=json.dumps(txn).encode())
     producer.send(name, value=json.dumps({"txn_id": "bad", "amount_cents": "lots"}).encode())
+    stale = dict(sent[0], txn_id="stale", event_time=sent[0]["event_time"] - 30 * 24 * 3_600_000)
+    producer.send(name, value=json.dumps(stale).encode())  # a month old: outside the window
     producer.flush()
     producer.close()
 
@@ -63,4 +68,6 @@ def test_streaming_query_lands_kafka_json_in_the_store(kafka, spark, topic, stor
 
     landed = sorted(store["landed"].rows, key=lambda r: int(r["txn_id"].split("-")[1]))
     assert landed == sent
-    assert bad == ["missing field card_id"]
+    assert len(bad) == 2 and "missing field card_id" in bad
+    [stale_reason] = [r for r in bad if r != "missing field card_id"]
+    assert "event_time" in stale_reason and "past" in stale_reason, stale_reason
