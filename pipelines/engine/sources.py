@@ -57,7 +57,12 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
 
 # ------------------------------------------------------------------ the contract as expressions
 
-def _now_ms(now_ms: int | None) -> Column:
+def _now_ms(now_ms: int | Column | None) -> Column:
+    """The processing time in ms: the micro-batch's timestamp by default (a replayed batch keeps
+    it); a fixed value (tests); or a column (the real-time path, whose batches last minutes, passes
+    the per-row wall clock)."""
+    if isinstance(now_ms, Column):
+        return now_ms.cast("bigint")
     return F.lit(now_ms).cast("bigint") if now_ms is not None else F.unix_millis(F.current_timestamp())
 
 
@@ -163,10 +168,12 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     return df.select("*", rule.alias("_reason"))
 
 
-def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *, now_ms: int | None = None) -> DataFrame:
+def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *,
+                       now_ms: int | Column | None = None) -> DataFrame:
     """Kafka rows -> transaction columns + `raw` (head, size) + `dlq_reason` (null when valid).
 
-    `now_ms` pins the processing time (tests); by default it is the micro-batch's timestamp.
+    `now_ms`: the processing time the window is around (see `_now_ms`); by default the
+    micro-batch's timestamp.
     """
     s = s or load()
     now = _now_ms(now_ms)
@@ -176,7 +183,8 @@ def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *, now_ms
 
 
 def decision_reasons(kafka_df: DataFrame, s: Settings | None = None,
-                     fields=("txn_id", "card_id", "event_time", "is_fraud"), *, now_ms: int | None = None) -> DataFrame:
+                     fields=("txn_id", "card_id", "event_time", "is_fraud"), *,
+                     now_ms: int | Column | None = None) -> DataFrame:
     """Kafka rows of `decisions` -> `fields` typed, `kafka_ts`, `partition`, `offset` and `reason`
     (null: valid).
 
