@@ -31,8 +31,10 @@ MAX_JSON_DEPTH = 1000           # deeper nesting is malformed JSON (the JVM's JS
 # plausible milliseconds: not before 2000-01-01, not ahead of its own clock by more than the
 # validation window's future part.
 DECISION_MIN_EVENT_TIME_MS = 946_684_800_000
-# A dead letter carries at most this many bytes of the payload (base64 when not valid UTF-8).
-DEAD_LETTER_HEAD_BYTES = 16_384
+# A dead letter carries at most this many bytes of the payload (base64 when not valid UTF-8):
+# enough to see what went wrong, and a batch of dead letters collected on the driver stays bounded
+# (MAX_OFFSETS_PER_TRIGGER x 4 KiB: 80 MB at the defaults, whatever the payloads' sizes).
+DEAD_LETTER_HEAD_BYTES = 4_096
 
 # The validation contract (pipelines/engine/sources.py applies it in Spark SQL; the simulator's
 # `dead_letter_reason` mirrors it in Python). The first rule a record breaks is its reason; rules
