@@ -10,7 +10,9 @@ import sqlite3
 
 import streamlit as st
 
-from dashboard import auth, data
+from dashboard import auth
+from dashboard.data import kafka
+from dashboard.data.store import open_store
 from infra.config import Settings, load
 
 
@@ -26,7 +28,7 @@ def draw_with_store(draw) -> None:
     """Run `draw(db, settings)` on a fresh store connection; say what went wrong, never a traceback."""
     s = settings()
     try:
-        with data.open_store(s) as db:
+        with open_store(s) as db:
             draw(db, s)
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
@@ -34,7 +36,7 @@ def draw_with_store(draw) -> None:
                        f"({s.store_path.name}). The page retries on its next refresh.", icon=":material/hourglass_top:")
         else:
             st.error(f"The store at {s.store_path} could not be read: {exc}.")
-    except data.BrokerDown as exc:
+    except kafka.BrokerDown as exc:
         st.warning(f"Kafka {exc}.", icon=":material/cloud_off:")
     except Exception as exc:  # a page must never show a traceback to its user
         st.error(f"This part of the page could not be drawn: {type(exc).__name__}: {exc}.")
@@ -54,18 +56,13 @@ def no_data(what: str) -> None:
 
 @st.cache_data(ttl=3, show_spinner=False)
 def broker_answers(bootstrap: str) -> bool:
-    from infra.broker import api_versions
-
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    try:
-        return api_versions(host or "127.0.0.1", int(port or 9092), timeout=0.5) is not None
-    except ValueError:
-        return False
+    """Whether Kafka answers (cached a few seconds; `bootstrap` keys the cache)."""
+    return kafka.answers(settings())
 
 
 @st.cache_data(ttl=3, show_spinner=False)
 def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict:
-    return data.kafka_end_offsets(bootstrap, list(topics), timeout_s=1.5)
+    return kafka.end_offsets(settings(), list(topics))
 
 
 def bound_host(s: Settings) -> str | None:
@@ -97,13 +94,3 @@ def authorized(given: str | None) -> bool:
     if not verdict.allowed:
         st.error(verdict.reason, icon=":material/lock:")
     return verdict.allowed
-
-
-def number(value, digits: int = 0, unit: str = "") -> str:
-    if value is None:
-        return "—"
-    return f"{value:,.{digits}f}{unit}"
-
-
-def percent(value, digits: int = 1) -> str:
-    return "—" if value is None else f"{value * 100:.{digits}f} %"

@@ -1,48 +1,104 @@
-"""Checkpoints & state: every micro-batch, the state it keeps, and the restores after crashes."""
+"""Checkpoints & state: every micro-batch, the state it keeps, where each checkpoint stands, and the
+batches run again after a restart (Spark's own logs and the sink ledger)."""
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import charts, fmt, ui
+from dashboard.data import checkpoints as data
+from dashboard.data.faults import recoveries
+from dashboard.data.overview import job_status
+from dashboard.data.store import now_ms
+from dashboard.views import text
 
 st.title("Checkpoints & state")
-st.caption("From Spark's StreamingQueryListener: one row per micro-batch of every query (last 15 minutes).")
+st.caption("Spark's progress of every micro-batch (last 15 minutes), each checkpoint as Spark left it on disk, "
+           "and the batches run twice. Times are UTC.")
+
+TIME = st.column_config.DatetimeColumn(format="HH:mm:ss")
 
 
 def draw(db, s):
-    now = data.now_ms()
+    now = now_ms()
     df = data.batches(db, now)
     if df.empty:
         ui.no_data("no micro-batch recorded — the Spark jobs have not run a batch.")
-        return
-    summary = data.state_now(df)
-    st.dataframe(summary, hide_index=True, width="stretch",
-                 column_config={"state_memory_bytes": st.column_config.NumberColumn("state bytes", format="%d"),
-                                "median_commit_ms": st.column_config.NumberColumn("median checkpoint ms"),
-                                "median_duration_ms": st.column_config.NumberColumn("median batch ms")})
+    else:
+        summary = data.state_now(df)
+        st.dataframe(summary, hide_index=True, width="stretch",
+                     column_config={"last_batch": st.column_config.NumberColumn("last batch", format="%d"),
+                                    "state_rows": st.column_config.NumberColumn("state rows", format="localized"),
+                                    "state_memory_bytes": st.column_config.NumberColumn("state memory (bytes)",
+                                                                                        format="localized"),
+                                    "median_commit_ms": st.column_config.NumberColumn("median commit", format="%d ms"),
+                                    "median_duration_ms": st.column_config.NumberColumn("median batch", format="%d ms")})
+        left, right = st.columns(2)
+        left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), width="stretch")
+        right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
+                                            "duration (ms)"), width="stretch")
+
     left, right = st.columns(2)
-    left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "ms"), width="stretch")
-    right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint (offset + commit log) time", "ms"),
-                       width="stretch")
+    with left:
+        st.subheader("Where each checkpoint stands")
+        pos = data.positions(s.checkpoint_root, now)
+        if pos.empty:
+            ui.no_data(f"no checkpoint under {s.checkpoint_root} yet.")
+        else:
+            jobs = job_status(db, now)
+            running = set(jobs.loc[jobs["status"] == "running", "job"]) if not jobs.empty else set()
+            st.dataframe(pos.assign(query_id=pos["query_id"].map(fmt.short_id),
+                                    state=[text.checkpoint_state(r, r["job"] in running)
+                                           for r in pos.to_dict("records")])[["query", "query_id", "state"]],
+                         hide_index=True, width="stretch",
+                         column_config={"query_id": st.column_config.TextColumn("checkpoint (query id)")})
+            st.caption("From Spark's offset log (a batch is planned there before it runs) and commit log "
+                       "(written when it is done).")
+    with right:
+        st.subheader("Batches run again after a restart")
+        reruns = data.log_reruns(s.checkpoint_root, data.restart_times(db, now - 3_600_000))
+        repeats = data.ledger_repeats(db, now)
+        if reruns.empty and repeats.empty:
+            st.info("None: no batch in the checkpoints' logs was planned before a restart and committed after "
+                    "it, and no sink was handed a batch twice in the last hour.", icon="✅")
+        if not reruns.empty:
+            st.caption("From Spark's logs: planned before the restart, not committed by then, committed after it "
+                       "(the next run ran it again with the same offsets).")
+            st.dataframe(reruns[["query", "batch_id", "planned", "what", "restart", "committed"]], hide_index=True,
+                         width="stretch", column_config={"batch_id": st.column_config.NumberColumn("batch", format="%d"),
+                                                         "planned": TIME, "restart": TIME, "committed": TIME,
+                                                         "what": st.column_config.TextColumn("restart")})
+        if not repeats.empty:
+            st.caption("From the sink ledger: one batch (same checkpoint, same batch id) handed to its sink more "
+                       "than once — applied twice counts it twice; applied, then skipped, counts it once.")
+            st.dataframe(repeats.assign(checkpoint_id=repeats["checkpoint_id"].map(fmt.short_id))[
+                             ["sink", "batch_id", "outcomes", "processed", "first", "last", "checkpoint_id"]],
+                         hide_index=True, width="stretch",
+                         column_config={"batch_id": st.column_config.NumberColumn("batch", format="%d"),
+                                        "processed": st.column_config.NumberColumn("records", format="localized"),
+                                        "first": TIME, "last": TIME,
+                                        "checkpoint_id": st.column_config.TextColumn("checkpoint")})
+        rec = recoveries(db, 10)
+        if not rec.empty:
+            st.caption("Latest recoveries: " + "; ".join(
+                f"{r.job} after {r.fault} at {fmt.clock(r.killed_at)}: {fmt.duration_s(r.seconds)}"
+                for r in rec.itertuples()) + ".")
+    if df.empty:
+        return
     left, right = st.columns(2)
     left.plotly_chart(charts.state(df), width="stretch")
     with right:
-        st.subheader("Restores")
-        rest = data.restores(db, now)
-        if rest.empty:
-            st.info("No restore: no batch was run twice in the last hour.", icon="✅")
-        else:
-            st.caption("Batches a query ran more than once: a restart restored the checkpoint and replayed them.")
-            st.dataframe(rest, hide_index=True, width="stretch",
-                         column_config={"replayed_at": st.column_config.DatetimeColumn(format="HH:mm:ss")})
-        rec = data.recoveries(db, 10)
-        if not rec.empty:
-            st.caption("Latest recoveries: " + "; ".join(
-                f"{r.job} after {r.fault}: {r.seconds:.1f} s" for r in rec.itertuples()))
-    st.subheader("Batch history")
-    recent = df.sort_values("ts", ascending=False).head(100)
-    st.dataframe(recent[["time", "query", "batch_id", "num_input_rows", "processed_rows_per_s", "duration_ms",
-                         "commit_ms", "state_rows", "state_memory_bytes", "state_rows_dropped_late"]],
-                 hide_index=True, width="stretch", height=320,
-                 column_config={"time": st.column_config.DatetimeColumn(format="HH:mm:ss")})
+        st.subheader("Batch history")
+        recent = df.sort_values("ts", ascending=False).head(100)
+        st.dataframe(recent[["time", "query", "batch_id", "num_input_rows", "processed_rows_per_s", "duration_ms",
+                             "commit_ms", "state_rows", "state_rows_dropped_late"]],
+                     hide_index=True, width="stretch", height=420,
+                     column_config={"time": st.column_config.DatetimeColumn("time (UTC)", format="HH:mm:ss"),
+                                    "batch_id": st.column_config.NumberColumn("batch", format="%d"),
+                                    "num_input_rows": st.column_config.NumberColumn("rows", format="localized"),
+                                    "processed_rows_per_s": st.column_config.NumberColumn("rows/s", format="localized"),
+                                    "duration_ms": st.column_config.NumberColumn("duration", format="%d ms"),
+                                    "commit_ms": st.column_config.NumberColumn("commit", format="%d ms"),
+                                    "state_rows": st.column_config.NumberColumn("state rows", format="localized"),
+                                    "state_rows_dropped_late": st.column_config.NumberColumn("dropped late",
+                                                                                             format="localized")})
 
 
 ui.live(draw)

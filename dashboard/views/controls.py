@@ -1,64 +1,67 @@
-"""Controls: steer the simulator (rate, fraud share, late share, pause, resume) through commands."""
+"""Controls: steer the simulator through commands, one per control of the fault catalogue."""
 import streamlit as st
 
-from dashboard import data, ui
+from controlplane.faults import CATALOGUE, CONTROLS
+from dashboard import fmt, forms, ui
+from dashboard.data import controls as data
+from dashboard.data.faults import command_log
+from dashboard.views import text
 
 st.title("Simulator controls")
-st.caption("Each control adds a command for the simulator (job `simulator`) to the store; the simulator "
-           "applies it and records the outcome.")
+st.caption("Each control adds a command for the simulator to the store; the simulator applies it and records "
+           "the outcome. A field starts at the value last asked for (empty when never sent). Times are UTC.")
 
 token = ui.token_field("controls_token")
 
 
-def send(kind, **params):
-    if not ui.authorized(token):
-        return
-
-    def write(db, s):
-        cid = data.issue(db, kind, "simulator", **params)
-        said = ", ".join(f"{k} = {v}" for k, v in params.items())
-        st.success(f"Command {cid} issued: {kind}" + (f" ({said})." if said else "."))
-    ui.draw_with_store(write)
+def _last(db, s):
+    st.session_state["_last_controls"] = data.last_controls(db)
 
 
-c1, c2, c3 = st.columns(3)
-with c1:
-    rate = st.number_input("Rate (transactions/s)", min_value=1, max_value=1_000_000, value=1000, step=100)
-    if st.button("Set rate", width="stretch"):
-        send("set-rate", rate=int(rate))
-with c2:
-    fraud = st.slider("Fraud rate", 0.0, 0.5, 0.02, 0.005, format="%.3f")
-    if st.button("Set fraud rate", width="stretch"):
-        send("set-fraud-rate", fraud_rate=float(fraud))
-with c3:
-    late = st.slider("Late rate", 0.0, 0.5, 0.05, 0.005, format="%.3f")
-    if st.button("Set late rate", width="stretch"):
-        send("set-late-rate", late_rate=float(late))
-p1, p2, _ = st.columns([1, 1, 4])
-if p1.button("Pause", icon=":material/pause:", width="stretch"):
-    send("pause")
-if p2.button("Resume", icon=":material/play_arrow:", width="stretch"):
-    send("resume")
+ui.draw_with_store(_last)
+asked = st.session_state.get("_last_controls", {})
+
+with_params = [k for k in CONTROLS if CATALOGUE[k].params]
+switches = [k for k in CONTROLS if not CATALOGUE[k].params]
+for col, kind in zip(st.columns(max(1, len(with_params))), with_params):
+    control = CATALOGUE[kind]
+    with col:
+        params = {p.name: forms.param_input(st, kind, p, data.last_value(asked, kind, p.name))
+                  for p in control.params}
+        st.caption(control.sentence[0].upper() + control.sentence[1:] + ".")
+        if st.button(kind.replace("-", " ").capitalize(), key=f"send_{kind}", width="stretch"):
+            forms.issue(kind, control.default_job, params, token)
+ICONS = {"pause": ":material/pause:", "resume": ":material/play_arrow:"}
+for col, kind in zip(st.columns([1] * len(switches) + [4]), switches):
+    if col.button(kind.capitalize(), key=f"send_{kind}", icon=ICONS.get(kind), width="stretch",
+                  help=CATALOGUE[kind].sentence):
+        forms.issue(kind, CATALOGUE[kind].default_job, {}, token)
 
 
 def draw(db, s):
     st.subheader("What the simulator was last asked")
-    now_set = data.simulator_settings(db)
-    cols = st.columns(4)
-    cols[0].metric("State", "paused" if now_set.get("paused") else "running", border=True,
+    last = data.last_controls(db)
+    cols = st.columns(1 + len(with_params))
+    cols[0].metric("State", "paused" if last.get("paused") else "running", border=True,
                    help="From the newest pause or resume command (running when none was sent).")
-    for col, (kind, name, label) in zip(cols[1:], (("set-rate", "rate", "Rate"),
-                                                   ("set-fraud-rate", "fraud_rate", "Fraud rate"),
-                                                   ("set-late-rate", "late_rate", "Late rate"))):
-        cmd = now_set.get(kind)
-        col.metric(label, "—" if not cmd else f"{cmd['params'].get(name)}",
-                   delta=None if not cmd else cmd["status"], delta_color="gray", delta_arrow="off", border=True)
-    log = data.command_log(db, 20, job="simulator")
+    for col, kind in zip(cols[1:], with_params):
+        p = CATALOGUE[kind].params[0]
+        cmd = last.get(kind)
+        value = data.last_value(last, kind, p.name)
+        shown = fmt.NONE if value is None else (fmt.decimal(value, 3) + ("" if p.unit == "share" else f" {p.unit}"))
+        col.metric(forms.label(p).capitalize(), shown, delta=None if not cmd else cmd["status"], delta_color="gray",
+                   delta_arrow="off", border=True,
+                   help=f"Never sent: the simulator runs with its own setting." if not cmd else cmd["result"])
+    log = command_log(db, 20, job=data.SIMULATOR)
     if log.empty:
         ui.no_data("no command sent to the simulator.")
     else:
-        st.dataframe(log, hide_index=True, width="stretch",
-                     column_config={"issued": st.column_config.DatetimeColumn(format="HH:mm:ss")})
+        log = log.assign(params=[text.params(k, p) for k, p in zip(log["kind"], log["params"])])
+        st.dataframe(log[["id", "issued", "kind", "params", "status", "took_s", "result"]], hide_index=True,
+                     width="stretch",
+                     column_config={"issued": st.column_config.DatetimeColumn("issued (UTC)", format="HH:mm:ss"),
+                                    "took_s": st.column_config.NumberColumn("took", format="%.1f s"),
+                                    "id": st.column_config.NumberColumn(format="%d")})
 
 
 ui.live(draw)

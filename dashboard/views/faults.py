@@ -1,62 +1,31 @@
-"""Faults: break things on purpose, see the command's life, and how long recovery took."""
+"""Faults: break things on purpose (one row per fault of the catalogue), see each command's life and
+how long recovery took."""
 import streamlit as st
 
-from dashboard import charts, data, ui
-from controlplane.faults import FAULTS
+from controlplane.faults import CATALOGUE, FAULTS
+from dashboard import charts, fmt, forms, ui
+from dashboard.data import faults as data
+from dashboard.views import text
 
 st.title("Faults")
-st.caption("Each button adds a command to the store; the supervisor carries it out once and records "
-           "the outcome below.")
-
-# What each fault's button offers, matching `python -m pipelines.control FAULT [--job J] [--seconds N]`
-# and the parameters the supervisor and the jobs read (seconds, count, guarantee).
-FORMS = {
-    "crash": dict(jobs=["fraud", "usage"], what="the job's driver gets SIGKILL; the supervisor restarts it"),
-    "crash-after-sink": dict(jobs=["usage"], guarantee=["at-least-once", "exactly-once", "at-most-once"],
-                             what="the job kills itself after its sink write, before Spark commits the batch"),
-    "sink-down": dict(jobs=["usage"], seconds=10, what="the usage sink rejects writes for N seconds"),
-    "task-failure": dict(jobs=["usage"], guarantee=["every query", "at-most-once", "at-least-once", "exactly-once"],
-                         what="processing of the next batch raises inside a Spark task"),
-    "broker-down": dict(jobs=[None], seconds=10, what="the Kafka broker stops for N seconds, then restarts"),
-    "late-burst": dict(jobs=["simulator"], count=200, what="the simulator emits a burst of late, out-of-order events"),
-    "bad-input": dict(jobs=["simulator"], count=50, what="the simulator emits malformed messages (to the dead-letter topic)"),
-    "zombie": dict(jobs=["usage", "fraud"], seconds=15,
-                   what="a stale second instance runs on the same checkpoint for N seconds; fencing rejects its writes"),
-}
+st.caption("Each button adds a command to the store; the executor the fault catalogue names (the supervisor, "
+           "the job itself, or the simulator) carries it out once and records the outcome below. Times are UTC.")
 
 token = ui.token_field("faults_token")
-head = st.columns([2, 1.3, 1.5, 3.2])
-for col, label in zip(head, ("", "job", "parameter", "what happens")):
-    col.caption(f"**{label}**")
-for fault in FAULTS:
-    form = FORMS.get(fault, dict(jobs=["fraud", "usage"], what=""))
-    c1, c2, c3, c4 = st.columns([2, 1.3, 1.5, 3.2], vertical_alignment="center")
-    jobs = form["jobs"]
-    if len(jobs) > 1:
-        job = c2.selectbox("job", jobs, key=f"job_{fault}", label_visibility="collapsed")
-    else:
-        job = jobs[0]
-        c2.markdown(f"`{job or 'broker'}`")
-    params = {}
-    if "seconds" in form:
-        params["seconds"] = int(c3.number_input("seconds", 1, 600, form["seconds"], key=f"seconds_{fault}",
-                                                label_visibility="collapsed", help="seconds"))
-    elif "count" in form:
-        params["count"] = int(c3.number_input("events", 1, 100_000, form["count"], key=f"count_{fault}",
-                                              label_visibility="collapsed", help="events"))
-    elif "guarantee" in form:
-        chosen = c3.selectbox("query", form["guarantee"], key=f"guarantee_{fault}", label_visibility="collapsed")
-        if chosen != "every query":
-            params["guarantee"] = chosen
-    c4.markdown(form["what"] + (" (seconds)" if "seconds" in form else " (events)" if "count" in form else ""))
-    if c1.button(f"Inject {fault}", key=f"inject_{fault}", width="stretch", icon=":material/bolt:"):
-        if ui.authorized(token):
-            def send(db, s, fault=fault, job=job, params=params):
-                cid = data.issue(db, fault, job, **params)
-                said = "".join(f", {k} = {v}" for k, v in params.items())
-                st.success(f"Command {cid} issued: {fault} on {job or 'the broker'}{said}. "
-                           "Its outcome appears in the command log below.", icon=":material/bolt:")
-            ui.draw_with_store(send)
+WIDTHS = [2, 1.3, 2, 3.4]
+head = st.columns(WIDTHS)
+for col, name in zip(head[1:], ("target", "parameters", "what happens")):
+    col.caption(f"**{name}**")
+for kind in FAULTS:
+    fault = CATALOGUE[kind]
+    c1, c2, c3, c4 = st.columns(WIDTHS, vertical_alignment="center")
+    job = forms.job_input(c2, kind)
+    params = {p.name: forms.param_input(c3, kind, p) for p in fault.params}
+    if not fault.params:
+        c3.caption("none")
+    c4.markdown(f"{fault.sentence[0].upper()}{fault.sentence[1:]}. *Carried out by the {fault.executor}.*")
+    if c1.button(f"Inject {kind}", key=f"inject_{kind}", width="stretch", icon=":material/bolt:"):
+        forms.issue(kind, job, params, token)
 
 
 def draw(db, s):
@@ -65,9 +34,12 @@ def draw(db, s):
     if log.empty:
         ui.no_data("no command issued yet.")
     else:
-        st.dataframe(log, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(log)),
-                     column_config={"issued": st.column_config.DatetimeColumn(format="HH:mm:ss"),
-                                    "took_s": st.column_config.NumberColumn("took (s)")})
+        log = log.assign(params=[text.params(k, p) for k, p in zip(log["kind"], log["params"])])
+        st.dataframe(log[["id", "issued", "kind", "job", "params", "status", "took_s", "result"]],
+                     hide_index=True, width="stretch", height=min(400, 38 + 35 * len(log)),
+                     column_config={"issued": st.column_config.DatetimeColumn("issued (UTC)", format="HH:mm:ss"),
+                                    "took_s": st.column_config.NumberColumn("took", format="%.1f s"),
+                                    "id": st.column_config.NumberColumn(format="%d")})
     left, right = st.columns([3, 2])
     with left:
         st.subheader("Recovery times")
@@ -76,18 +48,23 @@ def draw(db, s):
             ui.no_data("no recovery measured (inject a crash).")
         else:
             st.plotly_chart(charts.recoveries(rec), width="stretch")
-            st.caption(f"Median {rec['seconds'].median():.1f} s over {len(rec)} recoveries; "
-                       f"slowest {rec['seconds'].max():.1f} s ({rec.loc[rec['seconds'].idxmax(), 'fault']}).")
+            slowest = rec.loc[rec["seconds"].idxmax()]
+            st.caption(f"Median {fmt.duration_s(rec['seconds'].median())} over {len(rec):,} "
+                       f"recover{'ies' if len(rec) > 1 else 'y'}; slowest {fmt.duration_s(slowest['seconds'])} "
+                       f"({slowest['job']} after {slowest['fault']}).")
     with right:
         st.subheader("Fenced writes and bad input")
         rej = data.rejected_writes(db)
-        st.metric("Zombie writes rejected", f"{data.rejected_total(db):,}")
+        st.metric("Zombie writes rejected", fmt.count(data.rejected_total(db)), border=True,
+                  help="Writes a stale instance tried with an old fencing epoch (the zombie fault).")
         if not rej.empty:
             st.dataframe(rej[["job", "epoch", "current_epoch", "what"]], hide_index=True, width="stretch")
         dl = data.dead_letters(db)
-        st.metric("Dead letters", f"{int(dl['count'].sum()):,}" if not dl.empty else "0")
+        st.metric("Dead letters", fmt.count(dl["count"].sum() if not dl.empty else 0), border=True,
+                  help="Malformed messages the fraud job sent to the dead-letter topic, with their reason.")
         if not dl.empty:
-            st.dataframe(dl[["reason", "count"]], hide_index=True, width="stretch")
+            st.dataframe(dl[["reason", "count"]], hide_index=True, width="stretch",
+                         column_config={"count": st.column_config.NumberColumn(format="localized")})
 
 
 ui.live(draw)

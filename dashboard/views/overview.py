@@ -1,36 +1,48 @@
-"""Overview: is CardStream keeping up? Rates in and out, fraud rate, latency vs 20 ms, jobs, lag."""
+"""Overview: is CardStream keeping up? Rates in and out, fraud share, latency vs 20 ms, jobs, lag."""
 import streamlit as st
 
-from dashboard import charts, data, ui
+from dashboard import charts, fmt, ui
+from dashboard.data import kafka, overview as data
+from dashboard.data.faults import dead_letters
+from dashboard.data.store import now_ms
 
 st.title("Overview")
-st.caption("Transactions in, decisions out, how fast, and whether the jobs keep up with Kafka.")
+st.caption("Transactions in, decisions out, how fast, and whether the jobs keep up with Kafka. "
+           "Times are UTC.")
+
+GOAL = data.LATENCY_GOAL_MS
 
 
 def draw(db, s):
-    now = data.now_ms()
+    now = now_ms()
     r = data.rates(db, now)
     lat = data.recent_latencies(db)
     summary = data.latency_summary(lat)
     cols = st.columns(6)
-    cols[0].metric("Tx in /s", ui.number(r["transactions_per_s"], 1), border=True,
-                   help="Input rate of the fraud job's last batches (Spark's inputRowsPerSecond).")
-    cols[1].metric("Decisions /s", ui.number(r["decisions_per_s"], 1), border=True,
-                   help=f"Decisions written in the last {r['window_s']} s.")
-    cols[2].metric("Fraud rate", ui.percent(r["fraud_rate"]), border=True, help="Share of recent decisions flagged as fraud.")
-    goal = data.LATENCY_GOAL_MS
+    cols[0].metric("Tx in /s", fmt.decimal(r["transactions_per_s"]), border=True,
+                   help=(f"Input rate of the fraud job's batches in the last {r['rate_window_s']} s "
+                         "(Spark's inputRowsPerSecond)." if r["transactions_per_s"] is not None else
+                         f"Empty: the fraud job finished no batch in the last {r['rate_window_s']} s."))
+    cols[1].metric("Decisions /s", fmt.decimal(r["decisions_per_s"]), border=True,
+                   help=f"Decisions written to the store in the last {r['window_s']} s.")
+    cols[2].metric("Fraud rate", fmt.percent(r["fraud_rate"]), border=True,
+                   help="Share of the last decisions flagged as fraud." if r["fraud_rate"] is not None else
+                   f"Empty: no decision in the last {r['window_s']} s.")
     for col, name in zip(cols[3:], ("p50", "p95", "p99")):
         value = summary[name]
-        col.metric(f"Latency {name}", ui.number(value, 1, " ms"),
-                   delta=None if value is None else ("within 20 ms" if value <= goal else "over 20 ms"),
-                   delta_color="green" if value is not None and value <= goal else "red",
-                   delta_arrow="off", border=True)
+        col.metric(f"Latency {name}", fmt.duration_ms(value),
+                   delta=None if value is None else (f"within {GOAL} ms" if value <= GOAL else f"over {GOAL} ms"),
+                   delta_color="green" if value is not None and value <= GOAL else "red",
+                   delta_arrow="off", border=True,
+                   help=f"decided_at − produced_at over the newest {summary['n']:,} decisions." if value is not None
+                   else "Empty: no decision in the store yet.")
     if summary["n"]:
         st.caption(f"Latency over the newest {summary['n']:,} decisions: "
-                   f"{ui.percent(summary['within_goal'])} decided within {goal} ms.")
+                   f"{fmt.percent(summary['within_goal'])} decided within {GOAL} ms.")
         series = data.latency_series(lat)
-        left, right = st.columns([3, 2])
-        left.plotly_chart(charts.latency(series, goal), width="stretch")
+        left, mid, right = st.columns([5, 3, 3])
+        left.plotly_chart(charts.latency(series, GOAL), width="stretch")
+        mid.plotly_chart(charts.latency_histogram(lat, GOAL), width="stretch")
         right.plotly_chart(charts.throughput(series), width="stretch")
     else:
         ui.no_data("no decisions in the store — start the simulator and the fraud job.")
@@ -44,12 +56,14 @@ def draw(db, s):
         else:
             st.dataframe(jobs[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "detail"]],
                          hide_index=True, width="stretch",
-                         column_config={"seen_s_ago": st.column_config.NumberColumn("seen (s ago)"),
-                                        "last_batch": st.column_config.NumberColumn("last batch")})
-        dl = data.dead_letters(db)
+                         column_config={"seen_s_ago": st.column_config.NumberColumn("seen (s ago)", format="%.1f"),
+                                        "last_batch": st.column_config.NumberColumn("last batch", format="%d"),
+                                        "restarts": st.column_config.NumberColumn(format="%d"),
+                                        "pid": st.column_config.NumberColumn(format="%d")})
+        dl = dead_letters(db)
         if not dl.empty:
-            st.caption(f"Bad input sent to the dead-letter topic: {int(dl['count'].sum()):,} messages "
-                       f"({', '.join(f'{r.reason}: {r.count:,}' for r in dl.itertuples())}).")
+            st.caption(f"Bad input sent to the dead-letter topic: {fmt.count(dl['count'].sum())} messages "
+                       f"({', '.join(f'{r.reason}: {fmt.count(r.count)}' for r in dl.itertuples())}).")
     with right:
         st.subheader("Consumer lag")
         draw_lag(db, s)
@@ -63,12 +77,14 @@ def draw_lag(db, s):
     if not ui.broker_answers(s.kafka_bootstrap):
         st.warning(f"Kafka broker down: {s.kafka_bootstrap} does not answer, so the lag is unknown. "
                    "Where each query's last batch got to:", icon=":material/cloud_off:")
-        st.dataframe(data.consumer_lag({}, last, known_ends=False), hide_index=True, width="stretch")
+        lag = data.consumer_lag(None, last)
+        st.dataframe(lag[["query", "topic", "processed", "last_batch"]], hide_index=True, width="stretch",
+                     column_config={"processed": st.column_config.NumberColumn("last batch end (records)", format="localized"),
+                                    "last_batch": st.column_config.NumberColumn("last batch", format="%d")})
         return
-    topics = sorted({t for b in last.values() for t in b["offsets"]})
     try:
-        ends = ui.end_offsets(s.kafka_bootstrap, tuple(topics))
-    except data.BrokerDown as exc:
+        ends = ui.end_offsets(s.kafka_bootstrap, tuple(data.lag_topics(last)))
+    except kafka.BrokerDown as exc:
         st.warning(f"Kafka {exc}: the lag is unknown.", icon=":material/cloud_off:")
         return
     lag = data.consumer_lag(ends, last)
@@ -76,10 +92,11 @@ def draw_lag(db, s):
         ui.no_data("the topics the queries read are not in Kafka.")
         return
     st.dataframe(lag[["query", "lag", "kafka_end", "processed", "topic"]], hide_index=True, width="stretch",
-                 column_config={"lag": st.column_config.NumberColumn("lag", format="%d"),
-                                "kafka_end": st.column_config.NumberColumn("Kafka end"),
-                                "processed": st.column_config.NumberColumn("last batch end")})
-    st.caption("Lag = Kafka's end offsets minus the end offsets of each query's last batch.")
+                 column_config={"lag": st.column_config.NumberColumn("lag (records)", format="localized"),
+                                "kafka_end": st.column_config.NumberColumn("Kafka end", format="localized"),
+                                "processed": st.column_config.NumberColumn("last batch end", format="localized")})
+    st.caption("Lag = Kafka's end offsets minus the end offsets of each query's last committed batch "
+               "(records not read yet: behind, not lost).")
 
 
 ui.live(draw)

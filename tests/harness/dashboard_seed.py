@@ -1,144 +1,446 @@
-"""A store seeded with rows shaped as the pipelines write them, for the dashboard's tests.
+"""A store and checkpoint folders holding only what the real system writes, for the dashboard's tests.
 
-The numbers are fixed so tests can look for them on the pages: truth 10,000; at-most-once lost
-120 (9,880), at-least-once replayed batch 41 (+380 → 10,380), exactly-once 10,000; precision 92 %
-(230 of 250 flagged), recall 95.8 % (230 of 240 labelled).
+Nothing is typed in: five minutes of CardStream are simulated and written as its parts write them.
+- The simulator sends 40 transactions/s over two partitions (17 malformed ones first, sent by a
+  `bad-input` command, which the fraud job's dead-letter query counts); one in 40 is fraud, one in
+  20 is late (event time 45 s old), and the fraud job decides each (latency 6-14 ms, one in a
+  hundred 30 ms more) into `decisions` (store and topic) in 1 s batches.
+- Each usage query (at-most-once, at-least-once, exactly-once, and the windows) plans a batch every
+  5 s, hands it to its sink (the ledger records it, `sink_batches`) and commits it (Spark's commit
+  log). Spark's progress rows (`batch_progress`) follow each commit, as the listener posts them.
+- Scenario "crash": `crash` on usage 70 s before the end, after the sink write of batch 45 and
+  before its commit. The supervisor restarts the job (recovery recorded); 7 s after the kill the
+  queries run again: at-least-once replays batch 45 and applies it a second time, exactly-once and
+  the windows skip it, at-most-once starts a new checkpoint from the latest offsets and never reads
+  what came meanwhile.
+- Scenario "quiet": no fault; every guarantee exact.
+- In both, at-least-once's last batch is planned and still running at the end: it is behind.
+- Every 5 s the audit is computed with the auditor's own arithmetic (`pipelines.audit.applications`,
+  `pipelines.audit.cut.figures`) on the topic and the ledger as they stood then, and recorded with
+  `pipelines.audit.record`: lost and duplicated are exact at each cut and never include lag.
+- The checkpoint folders (`write_checkpoints`) are Spark's format: metadata, sources/0/0, offsets/N
+  (batchTimestampMs), commits/N (written at the commit time), the last 20 batches kept.
+
+`seed_store` returns a `Seeded` whose figures the tests look for on the pages.
 """
 from __future__ import annotations
 
 import json
+import os
 import random
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
+
+from controlplane import ledger
 from infra.contracts import GUARANTEES
+from pipelines import audit
+from pipelines.audit.cut import Partition, figures
+from pipelines.engine.checkpoints import merge_max
+from pipelines.usage.windows import MINUTE_MS, panes_to_windows
 
-TRUTH = 10_000
-OBSERVED = {"at-most-once": 9_880, "at-least-once": 10_380, "exactly-once": 10_000}
-LOST = {"at-most-once": 120, "at-least-once": 0, "exactly-once": 0}
-DUPLICATED = {"at-most-once": 0, "at-least-once": 380, "exactly-once": 0}
-REPLAYED_BATCH = 41
-FAULT_AGO_MS = 120_000
-TOPIC_END = {"transactions": {0: 5_000, 1: 5_100}, "decisions": {0: 4_990, 1: 5_010}}
+STEP_MS = 25                 # one transaction every 25 ms: 40/s
+RATE = 1000 // STEP_MS
+DURATION_MS = 300_000        # five minutes
+TRIGGER_MS = 5_000           # the usage queries' batches
+FRAUD_TRIGGER_MS = 1_000     # the fraud job's
+FAULT_BATCH = 45             # crash after this batch's sink write, before its commit
+RESTART_DELAY_MS = 2_000     # the supervisor's RESTART_DELAY_SECONDS
+RESUME_AFTER_MS = 7_000      # kill -> the queries run again
+WATERMARK_MS = 30_000
+LATE_BY_MS = 45_000
+BAD = 17                     # malformed messages before the first transaction, partition 0
+RETAINED = 20                # Spark's minBatchesToRetain
+PARTITIONS = 2
+WINDOWS = "usage-windows"
+CHECKPOINT_IDS = {"usage-at-most-once": "a7f3c2d1-0000-4000-8000-000000000001",
+                  "usage-at-least-once": "b81e40aa-0000-4000-8000-000000000002",
+                  "usage-exactly-once": "c95d11be-0000-4000-8000-000000000003",
+                  WINDOWS: "d0c4e7f2-0000-4000-8000-000000000004",
+                  "fraud": "e3b2a9c0-0000-4000-8000-000000000005",
+                  "fraud-dlq": "f1a0b3d4-0000-4000-8000-000000000006"}
+AMO_RESTARTED = "5e21b7c9-0000-4000-8000-00000000000a"  # at-most-once's checkpoint after the restart
+SCORES = ("score_avg_ticket", "score_proximity", "score_velocity")
 
 
-def _offsets(topic: str, parts: dict[int, int]) -> str:
-    """As pipelines.metrics records them: a JSON list of Spark's per-source JSON strings."""
-    return json.dumps([json.dumps({topic: {str(p): o for p, o in parts.items()}})])
+@dataclass
+class Batch:
+    query: str
+    checkpoint_id: str
+    batch_id: int
+    planned: int
+    start: dict
+    end: dict
+    handed: list = field(default_factory=list)     # [(ts, outcome)] as the sink ledger records them
+    committed: int | None = None
 
 
-def seed_store(db, now: int, topics: dict[str, str] | None = None) -> None:
-    """Fill every table the dashboard reads; `topics` renames the Kafka topics in the offsets."""
-    rnd = random.Random(7)
-    topics = topics or {"transactions": "transactions", "decisions": "decisions"}
-    decisions = []
-    for i in range(1200):
-        decided = now - 60_000 + i * 50
-        fraud = i % 40 == 0
-        latency = 6 + rnd.random() * 8 + (30 if i % 100 == 0 else 0)
-        scores = [rnd.uniform(0.7, 1.0) if fraud else rnd.uniform(0, 0.4) for _ in range(3)]
-        decisions.append({
-            "txn_id": f"txn-{i:06d}", "card_id": f"card-{i % 97:03d}", "merchant_id": f"m-{i % 13}",
-            "amount_cents": 1_000 + i * 7 + (250_000 if fraud else 0), "event_time": decided - 40,
-            "produced_at": int(decided - latency), "decided_at": decided,
-            "score_avg_ticket": scores[0], "score_proximity": scores[1], "score_velocity": scores[2],
-            "score": sum(scores) / 3, "is_fraud": int(fraud), "is_late": 0, "batch_id": i // 20,
-        })
-    db["decisions"].insert_all(decisions)
+@dataclass
+class Seeded:
+    now: int
+    scenario: str
+    fault_at: int | None
+    restarted_at: int | None
+    final: dict                   # guarantee -> the newest audit row (processed)
+    fraud: dict                   # the fraud job's newest audit figures
+    topic_end: dict               # {"transactions": {p: end}, "decisions": {p: end}}
+    batches: dict                 # query -> [Batch]
+    commands: list
+    replayed_batch: int = FAULT_BATCH
 
-    progress = []
-    queries = {"fraud": topics["transactions"], **{f"usage-{g}": topics["decisions"] for g in GUARANTEES}}
-    for qi, (q, topic) in enumerate(queries.items()):
-        ends = TOPIC_END["transactions" if q == "fraud" else "decisions"]
-        for b in range(60):
-            batch_id = b if q == "fraud" else b
-            ts = now - 300_000 + b * 5_000
-            lagging = 0 if q == "fraud" else (200 if "at-least" in q else 0)
-            done = {p: int(o * (b + 1) / 60) - (lagging if b == 59 else 0) for p, o in ends.items()}
-            row = {"query": q, "batch_id": batch_id, "ts": ts, "num_input_rows": 100 + b,
-                   "input_rows_per_s": 200.0 if q == "fraud" else 190.0, "processed_rows_per_s": 400.0,
-                   "duration_ms": 250 + qi * 60 + (b * (qi + 3)) % 7 * 15, "trigger_ms": 200,
-                   "commit_ms": 30 + qi * 12 + (b * (qi + 2)) % 5 * 4,
-                   "state_rows": 1_000 + qi * 700 + b * (10 + qi * 5),
-                   "state_memory_bytes": int((2 + qi + b * (1 + qi) / 40) * 2**20),
-                   "state_rows_dropped_late": 2 if b % 10 == 0 else 0,
-                   "watermark": _iso(ts - 30_000), "start_offsets": "[]",
-                   "end_offsets": _offsets(topic, done),
-                   "checkpoint": f"/run/checkpoints/{q}"}
-            progress.append(row)
-            if b == REPLAYED_BATCH and q in ("usage-at-least-once", "usage-exactly-once"):
-                progress.append({**row, "ts": ts + 2_500})
-    db["batch_progress"].insert_all(progress)
 
-    db["usage_counts"].insert_all([{"guarantee": g, "processed": OBSERVED[g], "fraud": 250, "updated_at": now}
-                                   for g in GUARANTEES])
-    db["usage_applied_batches"].insert_all([{"guarantee": "exactly-once", "batch_id": b, "processed": 170,
-                                             "fraud": 4, "epoch": 1, "applied_at": now - 300_000 + b * 5_000}
-                                            for b in range(60)])
+class Stream:
+    """The decisions topic (and the transactions topic, 17 malformed records ahead on partition 0)."""
 
-    audit = []
-    for k in range(60):
-        ts = now - 300_000 + k * 5_000
-        after = ts >= now - FAULT_AGO_MS
-        truth = int(TRUTH * (k + 1) / 60)
-        for g in GUARANTEES:
-            lost, dup = (LOST[g], DUPLICATED[g]) if after else (0, 0)
-            if k == 59:
-                truth = TRUTH
-            audit.append({"ts": ts, "job": "usage", "guarantee": g, "metric": "processed", "truth": truth,
-                          "observed": truth - lost + dup, "lost": lost, "duplicated": dup})
-        audit += [
-            {"ts": ts, "job": "fraud", "guarantee": "", "metric": "processed", "truth": truth, "observed": truth,
-             "lost": 0, "duplicated": 0},
-            {"ts": ts, "job": "fraud", "guarantee": "", "metric": "fraud", "truth": 240, "observed": 250,
-             "lost": 0, "duplicated": 0},
-            {"ts": ts, "job": "fraud", "guarantee": "", "metric": "precision", "truth": 250, "observed": 230,
-             "lost": 0, "duplicated": 0},
-            {"ts": ts, "job": "fraud", "guarantee": "", "metric": "recall", "truth": 240, "observed": 230,
-             "lost": 0, "duplicated": 0},
-        ]
-    db["audit"].insert_all(audit)
+    def __init__(self, t0: int, now: int):
+        self.t0 = t0
+        n = (now - t0) // STEP_MS
+        i = np.arange(n, dtype=np.int64)
+        self.times = t0 + i * STEP_MS
+        self.labelled = i % 40 == 0                                  # the simulator's labels
+        self.flagged = (self.labelled & (i % 1000 != 0)) | (i % 400 == 210)   # the detector's decisions
+        self.late = (i % 20 == 10) & ~self.labelled
+        self.partition, self.offset = i % PARTITIONS, i // PARTITIONS
+        self.n = n
 
-    fault_at = now - FAULT_AGO_MS
-    db["commands"].insert_all([
-        {"kind": "crash", "job": "usage", "params": "{}", "status": "done", "issued_at": fault_at - 500,
-         "started_at": fault_at, "done_at": fault_at + 300, "result": "SIGKILL sent to pid 4242; restarted"},
-        {"kind": "set-rate", "job": "simulator", "params": json.dumps({"rate": 2500}), "status": "done",
-         "issued_at": now - 200_000, "started_at": now - 199_000, "done_at": now - 199_000, "result": "rate 2500/s"},
-    ])
-    db["job_status"].insert_all([
-        {"job": "fraud", "status": "running", "pid": 4100, "restarts": 0, "last_batch": 59,
-         "started_at": now - 600_000, "updated_at": now - 1_000, "detail": ""},
-        {"job": "usage", "status": "running", "pid": 4243, "restarts": 1, "last_batch": 59,
-         "started_at": fault_at + 5_000, "updated_at": now - 1_000, "detail": "restarted after crash"},
-    ])
-    db["leases"].insert({"job": "usage", "epoch": 2, "holder": "host:4243", "taken_at": fault_at + 5_000})
-    db["rejected_writes"].insert_all([{"job": "usage", "epoch": 1, "current_epoch": 2, "ts": now - 50_000 + i,
-                                       "what": f"batch {55 + i}"} for i in range(3)])
-    db["dead_letters"].insert_all([{"reason": "bad-json", "count": 12, "updated_at": now},
-                                   {"reason": "missing-field", "count": 5, "updated_at": now}])
-    db["recoveries"].insert({"job": "usage", "fault": "crash", "killed_at": fault_at,
-                             "recovered_at": fault_at + 7_400, "seconds": 7.4})
+    def ends_at(self, t: int) -> dict[int, int]:
+        """End offsets of the decisions topic at time t (records appended before t)."""
+        k = int(np.searchsorted(self.times, t, "left"))
+        return {p: (k - p + PARTITIONS - 1) // PARTITIONS for p in range(PARTITIONS)}
 
-    windows = []
-    start0 = (now - 300_000) // 10_000 * 10_000
-    for w in range(30):
-        s = start0 + w * 10_000
-        windows.append({"kind": "tumbling", "key": "all", "window_start": s, "window_end": s + 10_000,
-                        "processed": 300 + w * 3, "fraud": 5 + w % 4, "updated_at": now})
-        windows.append({"kind": "sliding", "key": "all", "window_start": s, "window_end": s + 30_000,
-                        "processed": 900 + w * 5, "fraud": 15 + w % 5, "updated_at": now})
-    for c in range(12):
-        s = now - 280_000 + c * 20_000
-        windows.append({"kind": "session", "key": f"card-{c:03d}", "window_start": s,
-                        "window_end": s + 60_000 + c * 5_000, "processed": 3 + c, "fraud": c % 3 == 0,
-                        "updated_at": now})
-    db["windows"].insert_all(windows)
-    db["usage_watermarks"].insert({"name": "usage-windows", "max_event_time": now - 1_000,
-                                   "watermark": now - 31_000, "updated_at": now})
-    db["late_events"].insert_all([{"kind": k, "window_start": start0 + w * 10_000, "count": 4 + w % 3}
-                                  for k in ("tumbling", "sliding") for w in range(0, 30, 3)])
+    def tx_ends_at(self, t: int) -> dict[int, int]:
+        ends = self.ends_at(t)
+        return {p: o + (BAD if p == 0 and t > self.t0 else 0) for p, o in ends.items()}
+
+    def between(self, start: dict, end: dict) -> np.ndarray:
+        """Record indexes in [start, end) of the decisions topic."""
+        mask = np.zeros(self.n, dtype=bool)
+        for p in range(PARTITIONS):
+            mask |= (self.partition == p) & (self.offset >= start.get(p, 0)) & (self.offset < end.get(p, 0))
+        return np.flatnonzero(mask)
+
+    def partitions(self, until: int) -> dict[int, Partition]:
+        upto = self.times <= until
+        return {p: Partition(self.offset[(self.partition == p) & upto], np.flatnonzero((self.partition == p) & upto),
+                             self.flagged[(self.partition == p) & upto], self.times[(self.partition == p) & upto])
+                for p in range(PARTITIONS)}
+
+
+def _plans(t0: int, now: int, scenario: str, fault_at: int | None, resume: int | None, query: str):
+    """[(checkpoint id, batch id, planned at, replay of an earlier hand-over?)] for one usage query."""
+    ckpt = CHECKPOINT_IDS[query]
+    regular = [t0 + b * TRIGGER_MS + TRIGGER_MS - 200 for b in range(DURATION_MS // TRIGGER_MS)]
+    if scenario != "crash":
+        return [(ckpt, b, p) for b, p in enumerate(regular) if p <= now]
+    before = [(ckpt, b, p) for b, p in enumerate(regular) if b <= FAULT_BATCH]
+    after_times = [resume + 200] + [p for p in regular if p > resume + 200 and p <= now]
+    if query == "usage-at-most-once":  # a new checkpoint, batch ids from 0, from the latest offsets
+        return before + [(AMO_RESTARTED, j, p) for j, p in enumerate(after_times)]
+    return before + [(ckpt, FAULT_BATCH + 1 + j, p) for j, p in enumerate(after_times)]
+
+
+def simulate_usage(stream: Stream, now: int, scenario: str, fault_at: int | None, resume: int | None) -> dict:
+    """query -> its batches: ranges from the topic, hand-overs and commits as each policy makes them."""
+    out = {}
+    for query in [f"usage-{g}" for g in GUARANTEES] + [WINDOWS]:
+        batches: list[Batch] = []
+        prev_end = {p: 0 for p in range(PARTITIONS)}
+        for ckpt, batch_id, planned in _plans(stream.t0, now, scenario, fault_at, resume, query):
+            if ckpt == AMO_RESTARTED and batch_id == 0:
+                prev_end = stream.ends_at(resume)          # "latest" when the new query started
+            b = Batch(query, ckpt, batch_id, planned, dict(prev_end), stream.ends_at(planned))
+            prev_end = b.end
+            crashed = scenario == "crash" and batch_id == FAULT_BATCH and ckpt == CHECKPOINT_IDS[query]
+            b.handed.append((planned + 100, ledger.APPLIED))
+            if crashed:                                     # killed at fault_at: no commit by this run
+                if query != "usage-at-most-once":           # the durable ones replay it on restart
+                    replay = resume + 100
+                    again = ledger.APPLIED if query == "usage-at-least-once" else ledger.SKIPPED
+                    b.handed.append((replay, again))
+                    b.committed = resume + 150
+            else:
+                b.committed = planned + 150
+            batches.append(b)
+        last = batches[-1]
+        if query == "usage-at-least-once" and last.planned > now - 1_000:  # still running at the end
+            last.handed, last.committed = [], None
+        out[query] = batches
+    return out
+
+
+def ledger_rows(stream: Stream, batches: dict, fault_at: int | None) -> list[dict]:
+    """The sink ledger as the sinks write it (epoch 2 after the restart took a new lease)."""
+    rows = []
+    for query, bs in batches.items():
+        for b in bs:
+            idx = stream.between(b.start, b.end)
+            for ts, outcome in b.handed:
+                rows.append({"sink": query, "checkpoint_id": b.checkpoint_id, "batch_id": b.batch_id,
+                             "outcome": outcome, "processed": int(idx.size), "fraud": int(stream.flagged[idx].sum()),
+                             "start_offsets": json.dumps({"decisions": b.start}),
+                             "end_offsets": json.dumps({"decisions": b.end}),
+                             "reason": "replay of a batch already applied" if outcome == ledger.SKIPPED else None,
+                             "epoch": 2 if fault_at and ts > fault_at else 1, "ts": ts})
+    return sorted(rows, key=lambda r: r["ts"])
+
+
+def usage_audit(stream: Stream, batches: dict, rows: list[dict], at: int) -> dict:
+    """What the auditor computes for each guarantee at `at` (its `usage` step, from the same inputs)."""
+    parts = stream.partitions(at)
+    out = {}
+    for g in GUARANTEES:
+        query = f"usage-{g}"
+        mine = [r for r in rows if r["sink"] == query and r["ts"] <= at]
+        current = [b for b in batches[query] if b.planned <= at]
+        ckpt = current[-1].checkpoint_id if current else CHECKPOINT_IDS[query]
+        done = [b for b in current if b.checkpoint_id == ckpt and b.committed is not None and b.committed <= at]
+        committed = done[-1].batch_id if done else None
+        if done:
+            committed_offsets = done[-1].end
+        else:
+            first = next((b for b in current if b.checkpoint_id == ckpt), None)
+            committed_offsets = first.start if first else {p: 0 for p in range(PARTITIONS)}
+        apps = audit.applications(mine, "decisions", ckpt, committed)
+        end = merge_max({"decisions": committed_offsets},
+                        *({"decisions": {p: e for p, (_, e) in a.ranges.items()}} for a in apps))["decisions"]
+        fig = figures(parts, {p: 0 for p in range(PARTITIONS)}, end, apps, at)
+        fig.update(checkpoint_id=ckpt, committed_batch=committed,
+                   sink_total=sum(r["processed"] for r in mine if r["outcome"] == ledger.APPLIED))
+        out[g] = fig
+    return out
+
+
+def fraud_audit(stream: Stream, at: int) -> dict:
+    """The fraud job's audit at `at`: it commits a batch every second and loses nothing."""
+    batch = (at - stream.t0 - 1_150) // FRAUD_TRIGGER_MS
+    cut = stream.t0 + batch * FRAUD_TRIGGER_MS + FRAUD_TRIGGER_MS - 100
+    decided = stream.times < cut
+    arrived = stream.times <= at
+    behind = arrived & ~decided
+    tp = int((decided & stream.flagged & stream.labelled).sum())
+    fp = int((decided & stream.flagged & ~stream.labelled).sum())
+    fn = int((decided & ~stream.flagged & stream.labelled).sum())
+    n = int(decided.sum())
+    ends = stream.tx_ends_at(cut)
+    return {"truth": n, "observed": n, "lost": 0, "topic": n, "topic_lost": 0, "duplicated": 0,
+            "precision": round(tp / (tp + fp), 4) if tp + fp else None,
+            "recall": round(tp / (tp + fn), 4) if tp + fn else None,
+            "lag_records": int(behind.sum()),
+            "lag_seconds": round((at - int(stream.times[behind].min())) / 1000, 1) if behind.any() else 0.0,
+            "committed_offsets": {str(p): o for p, o in ends.items()},
+            "checkpoint_id": CHECKPOINT_IDS["fraud"], "committed_batch": int(batch)}
 
 
 def _iso(ms: int) -> str:
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _spark_offsets(topic: str, parts: dict) -> str:
+    """As pipelines.engine.metrics records a source's offsets: a JSON list of Spark's JSON strings."""
+    return json.dumps([json.dumps({topic: {str(p): o for p, o in parts.items()}})])
+
+
+def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str = "crash",
+               checkpoint_root: Path | None = None) -> Seeded:
+    """Fill every table the dashboard reads (and, given `checkpoint_root`, the checkpoint folders);
+    `topics` renames the Kafka topics in Spark's offsets (the browser test's fresh topics)."""
+    topics = topics or {"transactions": "transactions", "decisions": "decisions"}
+    t0 = now - DURATION_MS
+    stream = Stream(t0, now)
+    fault_at = t0 + FAULT_BATCH * TRIGGER_MS + TRIGGER_MS - 200 + 120 if scenario == "crash" else None
+    resume = fault_at + RESUME_AFTER_MS if fault_at else None
+    restarted = fault_at + RESTART_DELAY_MS if fault_at else None
+    batches = simulate_usage(stream, now, scenario, fault_at, resume)
+    rows = ledger_rows(stream, batches, fault_at)
+    db["sink_batches"].insert_all(rows, alter=False)
+
+    rnd = random.Random(7)
+    decisions = []
+    for i in range(stream.n):
+        t = int(stream.times[i])
+        latency = 6 + rnd.random() * 8 + (30 if i % 100 == 0 else 0)
+        fraud = bool(stream.flagged[i])
+        scores = [rnd.uniform(0.7, 1.0) if fraud else rnd.uniform(0, 0.4) for _ in SCORES]
+        decisions.append({
+            "txn_id": f"txn-{i:06d}", "card_id": f"card-{i % 97:03d}", "merchant_id": f"m-{i % 13}",
+            "amount_cents": 1_000 + (i * 7) % 9_000 + (250_000 if stream.labelled[i] else 0),
+            "event_time": t - (LATE_BY_MS if stream.late[i] else 40), "produced_at": int(t - latency),
+            "decided_at": t, **dict(zip(SCORES, scores)), "score": sum(scores) / 3, "is_fraud": int(fraud),
+            "is_late": int(stream.late[i]), "batch_id": (t - t0) // FRAUD_TRIGGER_MS})
+    db["decisions"].insert_all(decisions, alter=False)
+
+    # Spark's progress, posted after each commit (a batch cut short by the crash posts nothing)
+    progress = []
+    for query, bs in batches.items():
+        for b in bs:
+            if b.committed is None:
+                continue
+            n = int(stream.between(b.start, b.end).size)
+            eo = query in ("usage-exactly-once", WINDOWS)
+            progress.append({
+                "query": query, "batch_id": b.batch_id, "ts": b.committed + 10, "num_input_rows": n,
+                "input_rows_per_s": n / (TRIGGER_MS / 1000), "processed_rows_per_s": n / 0.15,
+                "duration_ms": 150 + (b.batch_id * 37) % 60, "trigger_ms": 90 + (b.batch_id * 13) % 40,
+                "commit_ms": 25 + (b.batch_id * 7) % 20,
+                "state_rows": int(stream.ends_at(b.planned)[0] * 2) if eo else 0,
+                "state_memory_bytes": int(stream.ends_at(b.planned)[0] * 2 * 96) if eo else 0,
+                "state_disk_bytes": 0, "state_rows_dropped_late": 0,
+                "watermark": _iso(b.planned - 600_000) if eo else None,
+                "start_offsets": _spark_offsets(topics["decisions"], b.start),
+                "end_offsets": _spark_offsets(topics["decisions"], b.end),
+                "checkpoint": f"/run/checkpoints/{query}"})
+    for f in range((now - t0 - 1_150) // FRAUD_TRIGGER_MS + 1):
+        planned = t0 + f * FRAUD_TRIGGER_MS + FRAUD_TRIGGER_MS - 100
+        start, end = stream.tx_ends_at(planned - FRAUD_TRIGGER_MS) if f else {0: 0, 1: 0}, stream.tx_ends_at(planned)
+        n = sum(end.values()) - sum(start.values())
+        progress.append({
+            "query": "fraud", "batch_id": f, "ts": planned + 260, "num_input_rows": n,
+            "input_rows_per_s": float(n), "processed_rows_per_s": n / 0.25, "duration_ms": 230 + (f * 11) % 50,
+            "trigger_ms": 180, "commit_ms": 30 + (f * 3) % 15, "state_rows": min(97, int(n * (f + 1))),
+            "state_memory_bytes": (3 + f // 60) * 2**20, "state_disk_bytes": 2**20,
+            "state_rows_dropped_late": 1 if f % 20 == 10 else 0,
+            "watermark": _iso(planned - 40 - WATERMARK_MS),
+            "start_offsets": _spark_offsets(topics["transactions"], start),
+            "end_offsets": _spark_offsets(topics["transactions"], end), "checkpoint": "/run/checkpoints/fraud/decisions"})
+    db["batch_progress"].insert_all(progress, alter=False)
+
+    counts = {}
+    for r in rows:
+        if r["outcome"] == ledger.APPLIED and r["sink"] != WINDOWS:
+            c = counts.setdefault(r["sink"].removeprefix("usage-"), {"processed": 0, "fraud": 0})
+            c["processed"] += r["processed"]
+            c["fraud"] += r["fraud"]
+    db["usage_counts"].insert_all([{"guarantee": g, **c, "updated_at": now} for g, c in counts.items()], alter=False)
+    db["usage_starts"].insert_all([{"guarantee": g, "topic": topics["decisions"], "offsets": json.dumps({"0": 0, "1": 0}),
+                                    "started_at": t0} for g in GUARANTEES], alter=False)
+
+    # the audit, every 5 s, as the live auditor computes and records it
+    last = {}
+    for k in range(DURATION_MS // TRIGGER_MS):
+        at = t0 + (k + 1) * TRIGGER_MS
+        last = {"fraud": fraud_audit(stream, at), "usage": usage_audit(stream, batches, rows, at)}
+        audit.record(db, last, ts=at)
+
+    commands = [{"kind": "bad-input", "job": "simulator", "params": json.dumps({"count": BAD}), "status": "done",
+                 "issued_at": t0 - 2_000, "started_at": t0 - 1_900, "done_at": t0 - 1_900,
+                 "result": f"the next {BAD} messages are malformed"},
+                {"kind": "set-rate", "job": "simulator", "params": json.dumps({"rate": float(RATE)}), "status": "done",
+                 "issued_at": t0 - 5_000, "started_at": t0 - 4_800, "done_at": t0 - 4_800,
+                 "result": f"rate {RATE}/s (1,000 cards)"}]
+    if fault_at:
+        commands.append({"kind": "crash", "job": "usage", "params": "{}", "status": "done",
+                         "issued_at": fault_at - 180, "started_at": fault_at, "done_at": fault_at + 2,
+                         "result": f"SIGKILL sent to usage driver pid 4242; restart in {RESTART_DELAY_MS // 1000} s"})
+    db["commands"].insert_all(sorted(commands, key=lambda c: c["issued_at"]), alter=False)
+
+    usage_started = restarted or t0 - 20_000
+    db["job_status"].insert_all([
+        {"job": "fraud", "status": "running", "pid": 4100, "restarts": 0, "last_batch": progress[-1]["batch_id"],
+         "started_at": t0 - 30_000, "updated_at": now - 400, "detail": "started pid 4100"},
+        {"job": "usage", "status": "running", "pid": 4243 if fault_at else 4242, "restarts": 1 if fault_at else 0,
+         "last_batch": max(b.batch_id for b in batches["usage-at-least-once"] if b.committed),
+         "started_at": usage_started, "updated_at": now - 400,
+         "detail": f"started pid {4243 if fault_at else 4242}"},
+        {"job": "simulator", "status": "running", "pid": 4000, "restarts": 0, "last_batch": None,
+         "started_at": t0 - 40_000, "updated_at": now - 400, "detail": "started pid 4000"},
+    ], alter=False)
+    db["leases"].insert_all([{"job": "usage", "epoch": 2 if fault_at else 1, "holder": f"host:{4243 if fault_at else 4242}",
+                              "taken_at": usage_started + 3_000, "renewed_at": now - 300},
+                             {"job": "fraud", "epoch": 1, "holder": "host:4100", "taken_at": t0 - 25_000,
+                              "renewed_at": now - 300}], alter=False)
+    if fault_at:
+        recovered = min(p["ts"] for p in progress if p["query"].startswith("usage-") and p["ts"] > fault_at
+                        and p["num_input_rows"] > 0)
+        db["recoveries"].insert({"job": "usage", "fault": "crash", "killed_at": fault_at, "recovered_at": recovered,
+                                 "seconds": (recovered - fault_at) / 1000}, alter=False)
+    db["dead_letters"].insert_all([{"reason": "malformed JSON", "count": 12, "updated_at": t0 + 900},
+                                   {"reason": "missing field card_id", "count": BAD - 12, "updated_at": t0 + 900}],
+                                  alter=False)
+    _seed_windows(db, stream, batches[WINDOWS], now)
+
+    final = {g: next(r for r in db.query("SELECT * FROM audit WHERE job = 'usage' AND guarantee = ? AND metric = "
+                                         "'processed' ORDER BY ts DESC LIMIT 1", [g])) for g in GUARANTEES}
+    seeded = Seeded(now, scenario, fault_at, restarted, final, last["fraud"],
+                    {"transactions": stream.tx_ends_at(now + 1), "decisions": stream.ends_at(now + 1)},
+                    batches, commands)
+    if checkpoint_root is not None:
+        write_checkpoints(Path(checkpoint_root), seeded, stream)
+    return seeded
+
+
+def _seed_windows(db, stream: Stream, batches: list[Batch], now: int) -> None:
+    """The windows query's results, merged batch by batch as its sink does (replays skipped)."""
+    windows: dict = {}
+    late: dict = {}
+    watermark, max_event = None, None
+    cards: dict = {}
+    for b in batches:
+        if not b.handed:
+            continue
+        idx = stream.between(b.start, b.end)
+        event = np.where(stream.late[idx], stream.times[idx] - LATE_BY_MS, stream.times[idx] - 40)
+        is_late = event < watermark if watermark is not None else np.zeros(idx.size, dtype=bool)
+        panes: dict = {}
+        for e, f, lt in zip(event.tolist(), stream.flagged[idx].tolist(), is_late.tolist()):
+            pane = panes.setdefault(e - e % MINUTE_MS, [0, 0, 0])
+            pane[2 if lt else 0] += 1
+            pane[1] += int(f and not lt)
+        fixed, late_counts = panes_to_windows([(s, n, f, lt) for s, (n, f, lt) in sorted(panes.items())])
+        for w in fixed:
+            acc = windows.setdefault((w.kind, w.key, w.start), [w.end, 0, 0])
+            acc[1] += w.processed
+            acc[2] += w.fraud
+        for kind, start, c in late_counts:
+            late[(kind, start)] = late.get((kind, start), 0) + c
+        for i, e, lt in zip(idx.tolist(), event.tolist(), is_late.tolist()):
+            if not lt:
+                s = cards.setdefault(f"card-{i % 97:03d}", [e, e, 0, 0])
+                s[0], s[1] = min(s[0], e), max(s[1], e)
+                s[2] += 1
+                s[3] += int(stream.flagged[i])
+        max_event = max(max_event or 0, int(event.max())) if idx.size else max_event
+        watermark = max_event - WATERMARK_MS if max_event else watermark
+    db["windows"].insert_all([{"kind": k, "key": key, "window_start": s, "window_end": e, "processed": n, "fraud": f,
+                               "updated_at": now} for (k, key, s), (e, n, f) in windows.items()]
+                             + [{"kind": "session", "key": card, "window_start": s, "window_end": e + 60_000,
+                                 "processed": n, "fraud": f, "updated_at": now}
+                                for card, (s, e, n, f) in cards.items()], alter=False)
+    db["late_events"].insert_all([{"kind": k, "window_start": s, "count": c} for (k, s), c in late.items()], alter=False)
+    if max_event:
+        db["usage_watermarks"].insert({"name": WINDOWS, "max_event_time": max_event, "watermark": watermark,
+                                       "updated_at": now}, alter=False)
+
+
+def write_checkpoints(root: Path, seeded: Seeded, stream: Stream) -> None:
+    """The usage and fraud checkpoint folders as Spark leaves them (the last RETAINED batches)."""
+    def write(path: Path, text: str, at: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        os.utime(path, (at / 1000, at / 1000))
+
+    def folder(path: Path, ckpt: str, initial: dict, topic: str, plans: list[tuple[int, int, dict, int | None]]):
+        write(path / "metadata", json.dumps({"id": ckpt}), plans[0][1] if plans else seeded.now)
+        write(path / "sources" / "0" / "0", "v1\n" + json.dumps({topic: {str(p): o for p, o in initial.items()}}),
+              plans[0][1] if plans else seeded.now)
+        for batch_id, planned, end, committed in plans[-RETAINED:]:
+            meta = {"batchWatermarkMs": 0, "batchTimestampMs": planned, "conf": {}}
+            write(path / "offsets" / str(batch_id),
+                  "v1\n" + json.dumps(meta) + "\n" + json.dumps({topic: {str(p): o for p, o in end.items()}}), planned)
+            if committed is not None:
+                write(path / "commits" / str(batch_id), 'v1\n{"nextBatchWatermarkMs":0}', committed)
+
+    for query, bs in seeded.batches.items():
+        current = bs[-1].checkpoint_id
+        mine = [b for b in bs if b.checkpoint_id == current]   # at-most-once's old checkpoint was deleted
+        folder(root / query, current, mine[0].start, "decisions",
+               [(b.batch_id, b.planned, b.end, b.committed) for b in mine])
+    t0 = seeded.now - DURATION_MS
+    plans = []
+    for f in range((seeded.now - t0 - 1_150) // FRAUD_TRIGGER_MS + 1):
+        planned = t0 + f * FRAUD_TRIGGER_MS + FRAUD_TRIGGER_MS - 100
+        plans.append((f, planned, stream.tx_ends_at(planned), planned + 250))
+    folder(root / "fraud" / "decisions", CHECKPOINT_IDS["fraud"], {0: 0, 1: 0}, "transactions", plans)
+    folder(root / "fraud" / "dlq", CHECKPOINT_IDS["fraud-dlq"], {0: 0, 1: 0}, "transactions", plans[:1])

@@ -1,0 +1,67 @@
+"""Faults: the command log (every fault and control, its life and outcome), the recovery times the
+supervisor measured, the writes fencing rejected, and the dead letters."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from controlplane.faults import CATALOGUE
+from dashboard.data.store import frame, scalar, to_time
+
+COMMAND_COLUMNS = ["id", "issued", "kind", "job", "params", "status", "took_s", "result",
+                   "issued_at", "started_at", "done_at"]
+
+
+def params_of(raw: str | None) -> dict:
+    try:
+        params = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def units(kind: str) -> dict[str, str]:
+    """{parameter: unit} of one kind, from the catalogue ({} for a kind it does not know)."""
+    fault = CATALOGUE.get(kind)
+    return {p.name: p.unit for p in fault.params} if fault else {}
+
+
+def command_log(db, limit: int = 50, job: str | None = None, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Recent commands, newest first: params (a dict), status, how long they took, the result."""
+    where, args = [], []
+    if job:
+        where.append("job = ?")
+        args.append(job)
+    if kinds:
+        where.append(f"kind IN ({','.join('?' for _ in kinds)})")
+        args += list(kinds)
+    clause = ("WHERE " + " AND ".join(where)) if where else ""
+    df = frame(db, f"SELECT id, kind, job, params, status, issued_at, started_at, done_at, result "
+                   f"FROM commands {clause} ORDER BY id DESC LIMIT ?", [*args, limit])
+    df["params"] = df["params"].map(params_of)
+    df["issued"] = to_time(df["issued_at"])
+    df["took_s"] = (df["done_at"] - df["started_at"]) / 1000
+    return df[COMMAND_COLUMNS]
+
+
+def recoveries(db, limit: int = 50) -> pd.DataFrame:
+    """Recovery time per fault the supervisor measured (kill → first new batch with rows)."""
+    df = frame(db, "SELECT id, job, fault, killed_at, recovered_at, seconds FROM recoveries "
+                   "ORDER BY id DESC LIMIT ?", [limit])
+    df["killed"] = to_time(df["killed_at"])
+    return df
+
+
+def rejected_writes(db, limit: int = 20) -> pd.DataFrame:
+    return frame(db, "SELECT id, job, epoch, current_epoch, ts, what FROM rejected_writes "
+                     "ORDER BY id DESC LIMIT ?", [limit])
+
+
+def rejected_total(db) -> int:
+    return int(scalar(db, "SELECT COUNT(*) FROM rejected_writes") or 0)
+
+
+def dead_letters(db) -> pd.DataFrame:
+    """Malformed input the fraud job sent to the dead-letter topic, counted by reason."""
+    return frame(db, "SELECT reason, count, updated_at FROM dead_letters ORDER BY count DESC LIMIT 50")

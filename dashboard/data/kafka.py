@@ -1,0 +1,47 @@
+"""Every Kafka call the dashboard makes: is the broker up, and where do its topics end.
+
+Built on `infra.kafka_client` (the one connection config: bootstrap, security, SASL, SSL), so the
+dashboard reads a secured cluster the way every other client does. Each call is bounded in time:
+a page must not hang on a broker that does not answer.
+"""
+from __future__ import annotations
+
+from infra import kafka_client
+
+
+class BrokerDown(RuntimeError):
+    """Kafka did not answer in time (the message says so in words)."""
+
+
+def answers(s, timeout_s: float = 0.5) -> bool:
+    """Whether the first bootstrap broker answers a Kafka ApiVersions request right now."""
+    try:
+        return kafka_client.answers(s, timeout=timeout_s)
+    except (OSError, ValueError):
+        return False
+
+
+def end_offsets(s, topics: list[str], timeout_s: float = 1.5) -> dict[str, dict[int, int]]:
+    """{topic: {partition: end offset}} straight from the broker (topics it does not have are left
+    out); BrokerDown when it does not answer."""
+    from kafka.errors import KafkaError
+
+    if not answers(s, timeout_s):
+        raise BrokerDown(f"broker down: Kafka at {s.kafka_bootstrap} does not answer")
+    try:
+        consumer = kafka_client.consumer(s, client_id="cardstream-dashboard",
+                                         request_timeout_ms=int(timeout_s * 1500),
+                                         bootstrap_timeout_ms=int(timeout_s * 1000))
+    except KafkaError as exc:
+        raise BrokerDown(f"broker down: {exc}") from None
+    try:
+        out = {}
+        for topic in topics:
+            ends = kafka_client.end_offsets(topic, s, c=consumer, wait_s=timeout_s / max(1, len(topics)))
+            if ends:
+                out[topic] = {int(p): int(o) for p, o in ends.items()}
+        return out
+    except KafkaError as exc:
+        raise BrokerDown(f"broker down: {exc}") from None
+    finally:
+        consumer.close()

@@ -1,0 +1,168 @@
+"""The sentences the pages show, built from what the data modules measured (pure: no Streamlit, no
+store). Every figure goes through `dashboard.fmt`; nothing here infers what was not measured."""
+from __future__ import annotations
+
+from controlplane.faults import CATALOGUE
+from dashboard import fmt
+from pipelines.guarantees import POLICIES
+
+COLORS = {"at-most-once": "red", "at-least-once": "orange", "exactly-once": "green"}
+
+
+def badge(guarantee: str) -> str:
+    return f":{COLORS.get(guarantee, 'gray')}-badge[{guarantee}]"
+
+
+def _n(value) -> int:
+    return 0 if fmt._missing(value) else int(value)
+
+
+# --- guarantees -----------------------------------------------------------------------------------
+
+def behind(lag_records, lag_seconds) -> str:
+    """Lag in words: "behind 200 records (1.4 s)", or "caught up"; never called lost."""
+    if _n(lag_records) <= 0:
+        return "caught up with its input"
+    return f"behind {fmt.count(lag_records)} records ({fmt.duration_s(lag_seconds)})"
+
+
+def duplicates(duplicated, replayed, upstream) -> str:
+    return (f"duplicated {fmt.count(duplicated)} ({fmt.count(replayed)} replayed, "
+            f"{fmt.count(upstream)} upstream)")
+
+
+def audit_badges(row: dict) -> str:
+    """One line of badges for an audit row: lost only when above 0, duplicates split by cause, lag apart."""
+    lost, dup = _n(row.get("lost")), _n(row.get("duplicated"))
+    out = []
+    if lost > 0:
+        out.append(f":red-badge[lost {fmt.count(lost)}]")
+    if dup > 0:
+        out.append(f":orange-badge[{duplicates(dup, row.get('replayed'), row.get('upstream'))}]")
+    if lost == 0 and dup == 0:
+        out.append(":green-badge[lost 0 · duplicated 0]")
+    lag = behind(row.get("lag_records"), row.get("lag_seconds"))
+    out.append(f":gray-badge[{lag}]" if _n(row.get("lag_records")) > 0 else f":blue-badge[{lag}]")
+    return " ".join(out)
+
+
+def versus_truth(observed, truth) -> str:
+    """The metric card's second line: "= truth 10,000" or "of truth 10,000"."""
+    if fmt._missing(truth):
+        return "no truth measured yet"
+    return f"{'=' if _n(observed) == _n(truth) else 'of'} truth {fmt.count(truth)}"
+
+
+def _evidence(guarantee: str, e: dict) -> str:
+    kind = e["kind"]
+    if kind == "dropped":
+        return (f"dropped batch {e['batch_id']} ({fmt.count(e['processed'])} records, never retried)"
+                + (f": {e['reason']}" if e.get("reason") else ""))
+    if kind == "applied-twice":
+        times = " and ".join(fmt.clock(t) for t in e["times"])
+        return (f"applied batch {e['batch_id']} {'twice' if e['count'] == 2 else str(e['count']) + ' times'} "
+                f"({times}): the replay counted its {fmt.count(e['processed'])} records again")
+    if kind == "skipped":
+        return (f"skipped the replay of batch {e['batch_id']} at {fmt.clock(e['until'])} "
+                f"(applied at {fmt.clock(e['applied_at'])}): counted once")
+    if kind == "new-checkpoint":
+        policy = POLICIES.get(guarantee)
+        why = (f" — it keeps no checkpoint across restarts and starts from the {policy.starting_offsets} offsets, "
+               "so what came while it was down was never read") if policy and not policy.keeps_checkpoint else ""
+        return (f"started a new checkpoint ({fmt.short_id(e['old'])} → {fmt.short_id(e['new'])}) "
+                f"between {fmt.clock(e['at'])} and {fmt.clock(e['until'])}{why}")
+    return kind
+
+
+def _recovery_of(command: dict, recoveries: list[dict]) -> dict | None:
+    """The supervisor's recovery record of a command (same fault, killed while it ran)."""
+    return next((r for r in recoveries if r["fault"] == command["fault"] and r["job"] == command["job"]
+                 and command["at"] - 1000 <= r["at"] <= command["until"] + 1000), None)
+
+
+def causes(found: list[dict]) -> list[str]:
+    """The faults and restarts behind a change, in words, oldest first; a recovery the supervisor
+    measured for a command is said with that command."""
+    recoveries = [c for c in found if c["kind"] == "recovery"]
+    told, out = set(), []
+    for c in found:
+        if c["kind"] == "command":
+            text = f"{c['fault']} #{c['id']} on {c['job'] or 'the broker'} at {fmt.clock(c['at'])}"
+            if c.get("status") not in (None, "done"):
+                text += f" ({c['status']})"
+            rec = _recovery_of(c, recoveries)
+            if rec:
+                told.add(id(rec))
+                text += f" (batches again {fmt.duration_s(rec['seconds'])} after the kill)"
+            out.append(text)
+        elif c["kind"] == "start":
+            out.append(f"{c['job']} restarted at {fmt.clock(c['at'])}")
+    out += [f"{r['job']} killed by {r['fault']} at {fmt.clock(r['at'])}, batches again "
+            f"{fmt.duration_s(r['seconds'])} later" for r in recoveries if id(r) not in told]
+    return out
+
+
+def change(ch: dict) -> str:
+    """One change of a guarantee, in words: what moved, the ledger's evidence, and the faults and
+    restarts overlapping it — or "no fault recorded" when nothing measured explains it."""
+    moved = [f"{name} {fmt.signed(ch[name])}" for name in ("lost", "replayed", "upstream") if ch.get(name)]
+    head = f"**{fmt.clock(ch['ts'])}** " + (", ".join(moved) if moved else "no change in lost or duplicated")
+    said = [_evidence(ch["guarantee"], e) for e in ch["evidence"]]
+    if ch.get("upstream", 0) > 0:
+        said.append("one txn_id came twice in the input topic (upstream of the query)")
+    found = causes(ch["causes"])
+    only_upstream = not ch["evidence"] and not ch.get("lost") and not ch.get("replayed") and ch.get("upstream", 0) > 0
+    if found:
+        tail = f"; after {', '.join(found)}"
+    else:
+        tail = "" if only_upstream else " — no fault recorded"
+    return head + (": " + "; ".join(said) if said else "") + tail + "."
+
+
+def quiet(row: dict | None) -> str:
+    """What a guarantee's story says when nothing changed."""
+    if not row:
+        return "no audit yet: nothing compared with the truth so far."
+    return (f"no loss or duplicate in this time; {fmt.count(row.get('observed'))} counted "
+            f"{versus_truth(row.get('observed'), row.get('truth'))}, {behind(row.get('lag_records'), row.get('lag_seconds'))}.")
+
+
+# --- commands, checkpoints ------------------------------------------------------------------------
+
+def params(kind: str, values: dict) -> str:
+    """A command's parameters with their units from the catalogue: "seconds 10 s, count 200 events"."""
+    fault = CATALOGUE.get(kind)
+    units = {p.name: p.unit for p in fault.params} if fault else {}
+    out = []
+    for name, value in (values or {}).items():
+        unit = units.get(name, "")
+        shown = fmt.decimal(value, 3) if isinstance(value, (int, float)) else str(value)
+        out.append(f"{name} {shown}" + (f" {unit}" if unit and unit != "share" else ""))
+    return ", ".join(out)
+
+
+def checkpoint_state(row: dict, running: bool) -> str:
+    """Where one checkpoint stands, from Spark's logs."""
+    committed = row.get("committed_batch")
+    head = ("no batch committed yet" if fmt._missing(committed)
+            else f"batch {int(committed)} committed")
+    if not row.get("uncommitted"):
+        return head
+    planned = int(row["planned_batch"])
+    ago = row.get("planned_s_ago")
+    when = "" if fmt._missing(ago) else f" {fmt.duration_s(ago)} ago"
+    if running:
+        return f"{head}; batch {planned} planned{when}, running (not committed yet)"
+    return f"{head}; batch {planned} planned{when} and not committed: the next run replays it with the same offsets"
+
+
+def fraud_job(q: dict) -> str:
+    """The fraud job's own audit in one sentence (its sink is exactly once: store and topic)."""
+    parts = [f"decided {fmt.count(q['decided'])} of truth {fmt.count(q['truth'])} in the store"]
+    parts.append(f"lost {fmt.count(q['lost'])}" if _n(q.get("lost")) > 0 else "lost 0")
+    if q.get("topic") is not None:
+        extra = _n(q.get("topic_duplicated"))
+        parts.append(f"{fmt.count(q['topic'])} distinct in the decisions topic"
+                     + (f", {fmt.count(extra)} extra records" if extra else ", no extra record"))
+    parts.append(behind(q.get("lag_records"), q.get("lag_seconds")))
+    return "Fraud job (its own exactly-once sinks): " + ", ".join(parts) + "."
