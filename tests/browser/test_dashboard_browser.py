@@ -1,37 +1,47 @@
-"""The dashboard in a real browser: `streamlit run` on a free port against a seeded store, Debian's
-Chromium driven by Playwright. Opens every page, checks its key numbers, presses the crash button,
-sees the command recorded and marked on the guarantees chart, and saves a screenshot of each page
-into docs/screenshots/ (the README shows them)."""
+"""The dashboard in a real browser: `streamlit run` on a free port against a seeded store (and its
+checkpoint folders), Debian's Chromium driven by Playwright. Opens every page, checks its key
+figures and that none is cut, "nan", "None" or a count with ".0", presses the crash button, sees the
+command recorded and marked on the guarantees chart, and saves a screenshot of each page into
+docs/screenshots/ (the README shows them)."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
-from tests.harness.browser import SHOTS, chromium, streamlit
-from tests.harness.dashboard_seed import OBSERVED, TOPIC_END, seed_store
 from controlplane.clock import now_ms
 from controlplane.store import connect
+from dashboard import fmt
+from infra import kafka_client
+from infra.config import load
+from tests.harness.browser import SHOTS, chromium, streamlit
+from tests.harness.dashboard_seed import FAULT_BATCH, seed_store
 
-# url path -> texts that must appear on it
-PAGES = {
-    "": ["Tx in /s", "200.0", "Latency p99", "usage-at-least-once", "Kafka up"],
-    "guarantees": [f"{OBSERVED['at-least-once']:,}", f"{OBSERVED['at-most-once']:,}", "+380 duplicates",
-                   "skipped replayed batch 41"],
-    "faults": ["Inject crash", "SIGKILL sent to pid 4242", "Recovery times"],
-    "windows": ["Late events dropped", "Watermark", "Tumbling"],
-    "checkpoints": ["Restores", "usage-exactly-once", "Batch history"],
-    "fraud": ["92.0 %", "95.8 %", "Recently flagged"],
-    "controls": ["Set rate", "Pause", "rate 2500/s"],
-}
 NAMES = {"": "overview"}
+COUNT_WITH_POINT_ZERO = re.compile(r"^[\d,]+\.0$")
 
 
-def fill(kafka: str, topics: dict[str, str]) -> None:
+def pages(s) -> dict[str, list[str]]:
+    """url path -> texts that must appear on it, from the seeded figures."""
+    alo, eo = s.final["at-least-once"], s.final["exactly-once"]
+    return {
+        "": ["Tx in /s", "Latency p99", "within 20 ms", "Kafka up", "Consumer lag"],
+        "guarantees": [fmt.count(alo["observed"]), fmt.count(eo["observed"]), f"applied batch {FAULT_BATCH} twice",
+                       f"skipped the replay of batch {FAULT_BATCH}", "lost 0 · duplicated 0",
+                       f"behind {fmt.count(alo['lag_records'])} records"],
+        "faults": ["Inject crash", "SIGKILL sent to usage driver pid 4242", "Recovery times"],
+        "windows": ["Late events", "Watermarks", "Tumbling", "DEDUPE_SECONDS"],
+        "checkpoints": ["Where each checkpoint stands", "Batches run again after a restart", "Batch history"],
+        "fraud": [fmt.percent(s.fraud["precision"]), fmt.percent(s.fraud["recall"]), "Recently flagged"],
+        "controls": ["Set rate", "Pause", "rate 40/s"],
+    }
+
+
+def fill(topics: dict[str, str], ends: dict[str, dict[int, int]]) -> None:
     """Put exactly the seeded end offsets into fresh topics, so the lag on the page is real."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=kafka, linger_ms=20, batch_size=256_000)
-    for name, ends in TOPIC_END.items():
-        for partition, count in ends.items():
+    producer = kafka_client.producer(load(), linger_ms=20, batch_size=256_000)
+    for name, parts in ends.items():
+        for partition, count in parts.items():
             for _ in range(count):
                 producer.send(topics[name], b"{}", partition=partition)
     producer.flush()
@@ -39,49 +49,64 @@ def fill(kafka: str, topics: dict[str, str]) -> None:
 
 
 @pytest.fixture
-def dashboard(tmp_path, kafka, topic):
+def dashboard(tmp_path, kafka, topic, monkeypatch):
     """A real `streamlit run dashboard/app.py` on a free port, reading a seeded store."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka)
     topics = {"transactions": topic("transactions", partitions=2), "decisions": topic("decisions", partitions=2)}
-    fill(kafka, topics)
     db_path = tmp_path / "browser.db"
     db = connect(db_path)
     # a little ahead of the clock, so "the last 10 s" still holds decisions when the pages open
-    seed_store(db, now_ms() + 20_000, topics)
+    seeded = seed_store(db, now_ms() + 20_000, topics, checkpoint_root=tmp_path / "checkpoints")
     db.conn.close()
-    with streamlit({"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka}, tmp_path / "streamlit.log") as base:
-        yield base, db_path
+    fill(topics, seeded.topic_end)
+    env = {"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "CHECKPOINT_ROOT": str(tmp_path / "checkpoints")}
+    with streamlit(env, tmp_path / "streamlit.log") as base:
+        yield base, db_path, seeded
+
+
+def check_figures(page, path: str) -> None:
+    values = page.locator("[data-testid=stMetricValue]").all_inner_texts()
+    for v in values:
+        v = v.strip()
+        assert "…" not in v and v not in ("nan", "None", "") and not COUNT_WITH_POINT_ZERO.match(v), (path, v)
+    body = page.locator("[data-testid=stMain]").inner_text()
+    assert not re.search(r"\bnan\b|\bNone\b|\bNaN\b", body), (path, re.findall(r".{0,40}\b(?:nan|None|NaN)\b.{0,40}", body))
 
 
 def test_every_page_in_chromium(dashboard):
-    base, db_path = dashboard
+    base, db_path, seeded = dashboard
     SHOTS.mkdir(parents=True, exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        for path, texts in PAGES.items():
+        for path, texts in pages(seeded).items():
             page.goto(f"{base}/{path}")
             for text in texts:
                 page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
-            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000) if path not in ("controls",) else None
+            if path != "controls":
+                page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1500)  # let Plotly finish drawing
+            check_figures(page, path)
             tall = page.evaluate("""() => {
                 const block = document.querySelector('[data-testid=stMainBlockContainer]');
                 return block ? block.scrollHeight : document.body.scrollHeight; }""")
-            page.set_viewport_size({"width": 1440, "height": max(900, min(int(tall) + 20, 5000))})
+            page.set_viewport_size({"width": 1440, "height": max(900, min(int(tall) + 20, 6000))})
             page.wait_for_timeout(1200)  # Plotly redraws at the new size
             page.screenshot(path=str(SHOTS / f"{NAMES.get(path, path)}.png"), full_page=True)
+            page.set_viewport_size({"width": 1440, "height": 1000})
 
-        page.set_viewport_size({"width": 1440, "height": 1000})
         page.goto(f"{base}/faults")
-        page.get_by_role("button", name="Inject crash", exact=True).click()
-        page.get_by_text("issued: crash on fraud").first.wait_for(timeout=30_000)
+        page.locator(".st-key-job_crash button[aria-label=Open]").click()
+        page.get_by_role("option", name="usage", exact=True).click()
+        page.locator(".st-key-inject_crash button").click()
+        page.get_by_text("issued: crash on usage").first.wait_for(timeout=30_000)
         db = connect(db_path)
         kinds = [(r["kind"], r["job"], r["status"]) for r in db.query("SELECT * FROM commands ORDER BY id")]
         db.conn.close()
-        assert kinds[-1] == ("crash", "fraud", "pending")
+        assert kinds[-1] == ("crash", "usage", "pending")
         page.goto(f"{base}/guarantees")
-        page.get_by_text("crash on fraud at").first.wait_for(timeout=30_000)
+        page.get_by_text("crash on usage at").first.wait_for(timeout=30_000)
         page.wait_for_timeout(1500)
         markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
             "els => els.map(e => e.textContent || '')")
-        assert sum("crash" in m for m in markers) == 2, markers
+        assert sum("crash" in m for m in markers) == 2, markers  # the seeded crash and the one just pressed
         page.screenshot(path=str(SHOTS / "guarantees-after-crash.png"))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from controlplane import ledger
 from infra.contracts import GUARANTEES
@@ -444,3 +445,45 @@ def write_checkpoints(root: Path, seeded: Seeded, stream: Stream) -> None:
         plans.append((f, planned, stream.tx_ends_at(planned), planned + 250))
     folder(root / "fraud" / "decisions", CHECKPOINT_IDS["fraud"], {0: 0, 1: 0}, "transactions", plans)
     folder(root / "fraud" / "dlq", CHECKPOINT_IDS["fraud-dlq"], {0: 0, 1: 0}, "transactions", plans[:1])
+
+
+def seeded_copy(source: Path, target: Path) -> Path:
+    """A copy of a seeded store file (its WAL checkpointed first), for a test that writes."""
+    import shutil
+    import sqlite3
+
+    conn = sqlite3.connect(str(source))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    shutil.copy(source, target)
+    return target
+
+
+# --- pytest fixtures (import them into a test module to use them) ---------------------------------
+
+NOW = 1_800_000_000_000
+
+
+def _seeded_world(tmp_path_factory, scenario: str):
+    from controlplane.store import connect
+
+    root = tmp_path_factory.mktemp(scenario)
+    db = connect(root / "cardstream.db")
+    seeded = seed_store(db, NOW, scenario=scenario, checkpoint_root=root / "checkpoints")
+    return db, seeded, root / "checkpoints"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """(store, Seeded, checkpoint root) of the "crash" scenario at NOW, read-only for a module."""
+    db, seeded, root = _seeded_world(tmp_path_factory, "crash")
+    yield db, seeded, root
+    db.conn.close()
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory):
+    """(store, Seeded, checkpoint root) of the "quiet" scenario: no fault, at-least-once behind."""
+    db, seeded, root = _seeded_world(tmp_path_factory, "quiet")
+    yield db, seeded, root
+    db.conn.close()

@@ -1,0 +1,81 @@
+"""The Faults page's queries (command log, recoveries, fenced writes, dead letters), its Kafka
+module when the broker does not answer, and the catalogue-derived inputs."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from controlplane import commands
+from controlplane.faults import CATALOGUE, FAULTS
+from dashboard import forms
+from dashboard.data import faults as data, kafka
+from dashboard.views import text
+from infra.config import load
+from tests.harness.dashboard_seed import BAD, NOW, seed_store
+
+
+@pytest.fixture
+def seeded(store, tmp_path):
+    return store, seed_store(store, NOW, checkpoint_root=tmp_path / "checkpoints")
+
+
+def test_command_log(seeded):
+    db, s = seeded
+    cid = commands.issue(db, "sink-down", "usage", seconds=7)
+    log = data.command_log(db)
+    assert log.iloc[0]["id"] == cid and log.iloc[0]["params"] == {"seconds": 7.0} and log.iloc[0]["status"] == "pending"
+    crash = log[log["kind"] == "crash"].iloc[0]
+    assert crash["took_s"] == pytest.approx(0.002) and "SIGKILL" in crash["result"]
+    assert list(data.command_log(db, job="simulator")["kind"]) == ["bad-input", "set-rate"]
+    assert list(data.command_log(db, kinds=("crash",))["kind"]) == ["crash"]
+    assert text.params("sink-down", log.iloc[0]["params"]) == "seconds 7 s"
+
+
+def test_recoveries_fenced_writes_dead_letters(seeded):
+    db, s = seeded
+    rec = data.recoveries(db)
+    assert len(rec) == 1 and rec.iloc[0]["killed_at"] == s.fault_at and 5 < rec.iloc[0]["seconds"] < 10
+    assert data.rejected_total(db) == 0 and data.rejected_writes(db).empty
+    assert data.dead_letters(db)["count"].sum() == BAD
+
+
+def test_empty_store(store):
+    for frame in (data.command_log(store), data.recoveries(store), data.rejected_writes(store),
+                  data.dead_letters(store)):
+        assert frame.empty
+    assert data.rejected_total(store) == 0
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_kafka_calls_say_broker_down(monkeypatch):
+    monkeypatch.setenv("KAFKA_BOOTSTRAP", f"127.0.0.1:{closed_port()}")
+    s = load()
+    assert kafka.answers(s, 0.3) is False
+    with pytest.raises(kafka.BrokerDown, match="broker down: Kafka at 127.0.0.1:.* does not answer"):
+        kafka.end_offsets(s, ["decisions"], timeout_s=0.3)
+
+
+def test_every_input_comes_from_the_catalogue():
+    """Labels carry the unit, steps follow the range; no default is written in dashboard/."""
+    seconds = CATALOGUE["sink-down"].param("seconds")
+    assert forms.label(seconds) == "seconds (s)" and forms._step(seconds) == 1.0
+    assert forms.label(CATALOGUE["late-burst"].param("count")) == "count (events)"
+    assert forms.label(CATALOGUE["set-fraud-rate"].param("fraud_rate")) == "fraud rate (0–1)"
+    assert forms._step(CATALOGUE["set-fraud-rate"].param("fraud_rate")) == 0.001
+    assert forms._step(CATALOGUE["late-burst"].param("count")) == 10
+    defaults = {str(p.default) for f in CATALOGUE.values() for p in f.params if p.default is not None}
+    from pathlib import Path
+
+    source = "\n".join(p.read_text() for p in Path(forms.__file__).parent.rglob("*.py"))
+    for kind in FAULTS:
+        for p in CATALOGUE[kind].params:
+            if p.default is not None:  # e.g. "seconds=10", "count=200" nowhere in the dashboard
+                assert f"{p.name}={p.default}" not in source.replace(" ", "")
+                assert f"{p.name}={p.default:g}" not in source.replace(" ", "")
+    assert defaults  # the catalogue has defaults to check
