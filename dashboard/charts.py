@@ -129,9 +129,10 @@ def _mark_faults(fig: go.Figure, faults: pd.DataFrame, rows: int = 1) -> None:
 
 def guarantee_error(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
     """The audit's lost and duplicated over time per guarantee (lag is not in them), faults marked."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=("lost (records below the committed offsets missing from the sink)",
-                                        "duplicated (replayed + upstream)"))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("lost: input below the committed offsets missing from the sink",
+                                        "duplicated: replayed + upstream"))
+    fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
     for g in GUARANTEES:
         part = series[series["guarantee"] == g]
         if part.empty:
@@ -148,7 +149,9 @@ def guarantee_error(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
     _time_axis(fig, pd.concat([series["time"], faults["time"]]) if not faults.empty else series["time"],
                row=2, col=1)
     fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
-    return _layout(fig, "Lost and duplicated over time, from the audit", height=460)
+    fig = _layout(fig, "Lost and duplicated over time, from the audit", height=480)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0), margin=dict(t=60))
+    return fig
 
 
 def lag(series: pd.DataFrame) -> go.Figure:

@@ -58,12 +58,14 @@ def audit_series(db, now: int | None = None, minutes: float = 30, metric: str = 
     return df
 
 
-def fault_marks(db, now: int | None = None, minutes: float = 30) -> pd.DataFrame:
-    """The faults issued in the last `minutes` (commands whose kind is a fault, not a control)."""
+def fault_marks(db, now: int | None = None, minutes: float = 30, job: str | None = None) -> pd.DataFrame:
+    """The faults issued in the last `minutes` (commands whose kind is a fault, not a control);
+    with `job`, only those aimed at it or at the broker."""
     marks = ",".join("?" for _ in FAULTS)
+    aimed = " AND (job = ? OR job IS NULL)" if job else ""
     df = frame(db, f"SELECT id, kind, job, params, status, issued_at, started_at, done_at, result FROM commands "
-                   f"WHERE kind IN ({marks}) AND issued_at > ? ORDER BY id LIMIT 500",
-               [*FAULTS, since(now, minutes)])
+                   f"WHERE kind IN ({marks}) AND issued_at > ?{aimed} ORDER BY id LIMIT 500",
+               [*FAULTS, since(now, minutes), *([job] if job else [])])
     df["time"] = to_time(df["started_at"].fillna(df["issued_at"]))
     return df
 

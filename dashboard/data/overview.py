@@ -19,11 +19,11 @@ def rates(db, now: int | None = None, window_s: int = 10) -> dict:
     """
     now = now or now_ms()
     n, fraud = db.conn.execute("SELECT COUNT(*), COALESCE(SUM(is_fraud), 0) FROM decisions "
-                               "WHERE decided_at > ?", [now - window_s * 1000]).fetchone()
+                               "WHERE decided_at > ? AND decided_at <= ?", [now - window_s * 1000, now]).fetchone()
     rate_s = max(window_s, 30)
     avg, batches = db.conn.execute(
-        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND query = 'fraud'",
-        [now - rate_s * 1000]).fetchone()
+        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND ts <= ? AND query = 'fraud'",
+        [now - rate_s * 1000, now]).fetchone()
     return {"transactions_per_s": float(avg) if batches else None, "rate_window_s": rate_s,
             "decisions_per_s": n / window_s, "fraud_rate": (fraud / n) if n else None,
             "decisions": n, "window_s": window_s}

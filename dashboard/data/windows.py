@@ -36,7 +36,7 @@ def watermarks(db, now: int | None = None) -> pd.DataFrame:
     rows = {r.query: {"query": r.query, "watermark_ms": int(r.watermark), "source": "store"}
             for r in stored.itertuples()}
     if not spark.empty:
-        parsed = pd.to_datetime(spark["watermark"], utc=True, errors="coerce")
+        parsed = pd.to_datetime(spark["watermark"], utc=True, errors="coerce", format="ISO8601")
         for query, ts in zip(spark["query"], parsed):
             ms = int(ts.value // 1_000_000) if pd.notna(ts) else 0
             if ms > 0 and query not in rows:

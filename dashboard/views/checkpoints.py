@@ -23,11 +23,12 @@ def draw(db, s):
         ui.no_data("no micro-batch recorded — the Spark jobs have not run a batch.")
     else:
         summary = data.state_now(df)
-        st.dataframe(summary, hide_index=True, width="stretch",
+        summary["state_mib"] = summary["state_memory_bytes"] / 2**20
+        st.dataframe(summary[["query", "last_batch", "state_rows", "state_mib", "median_commit_ms",
+                              "median_duration_ms", "checkpoint"]], hide_index=True, width="stretch",
                      column_config={"last_batch": st.column_config.NumberColumn("last batch", format="%d"),
                                     "state_rows": st.column_config.NumberColumn("state rows", format="localized"),
-                                    "state_memory_bytes": st.column_config.NumberColumn("state memory (bytes)",
-                                                                                        format="localized"),
+                                    "state_mib": st.column_config.NumberColumn("state memory", format="%.1f MiB"),
                                     "median_commit_ms": st.column_config.NumberColumn("median commit", format="%d ms"),
                                     "median_duration_ms": st.column_config.NumberColumn("median batch", format="%d ms")})
         left, right = st.columns(2)
@@ -35,51 +36,52 @@ def draw(db, s):
         right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
                                             "duration (ms)"), width="stretch")
 
+    st.subheader("Where each checkpoint stands")
+    pos = data.positions(s.checkpoint_root, now)
+    if pos.empty:
+        ui.no_data(f"no checkpoint under {s.checkpoint_root} yet.")
+    else:
+        jobs = job_status(db, now)
+        running = set(jobs.loc[jobs["status"] == "running", "job"]) if not jobs.empty else set()
+        shown = pos.assign(query_id=pos["query_id"].map(fmt.short_id),
+                           state=[text.checkpoint_state(r, r["job"] in running) for r in pos.to_dict("records")])
+        st.dataframe(shown[["query", "query_id", "state"]], hide_index=True, width="stretch",
+                     column_config={"query_id": st.column_config.TextColumn("checkpoint (query id)"),
+                                    "state": st.column_config.TextColumn(width="large")})
+        st.caption(f"From Spark's offset log (a batch is planned there before it runs) and commit log "
+                   f"(written when it is done), under {s.checkpoint_root}.")
+
+    st.subheader("Batches run again after a restart")
+    reruns = data.log_reruns(s.checkpoint_root, data.restart_times(db, now - 3_600_000))
+    repeats = data.ledger_repeats(db, now)
+    if reruns.empty and repeats.empty:
+        st.info("None: no batch in the checkpoints' logs was planned before a restart and committed after "
+                "it, and no sink was handed a batch twice in the last hour.", icon="✅")
     left, right = st.columns(2)
-    with left:
-        st.subheader("Where each checkpoint stands")
-        pos = data.positions(s.checkpoint_root, now)
-        if pos.empty:
-            ui.no_data(f"no checkpoint under {s.checkpoint_root} yet.")
-        else:
-            jobs = job_status(db, now)
-            running = set(jobs.loc[jobs["status"] == "running", "job"]) if not jobs.empty else set()
-            st.dataframe(pos.assign(query_id=pos["query_id"].map(fmt.short_id),
-                                    state=[text.checkpoint_state(r, r["job"] in running)
-                                           for r in pos.to_dict("records")])[["query", "query_id", "state"]],
-                         hide_index=True, width="stretch",
-                         column_config={"query_id": st.column_config.TextColumn("checkpoint (query id)")})
-            st.caption("From Spark's offset log (a batch is planned there before it runs) and commit log "
-                       "(written when it is done).")
-    with right:
-        st.subheader("Batches run again after a restart")
-        reruns = data.log_reruns(s.checkpoint_root, data.restart_times(db, now - 3_600_000))
-        repeats = data.ledger_repeats(db, now)
-        if reruns.empty and repeats.empty:
-            st.info("None: no batch in the checkpoints' logs was planned before a restart and committed after "
-                    "it, and no sink was handed a batch twice in the last hour.", icon="✅")
-        if not reruns.empty:
-            st.caption("From Spark's logs: planned before the restart, not committed by then, committed after it "
-                       "(the next run ran it again with the same offsets).")
-            st.dataframe(reruns[["query", "batch_id", "planned", "what", "restart", "committed"]], hide_index=True,
-                         width="stretch", column_config={"batch_id": st.column_config.NumberColumn("batch", format="%d"),
-                                                         "planned": TIME, "restart": TIME, "committed": TIME,
-                                                         "what": st.column_config.TextColumn("restart")})
-        if not repeats.empty:
-            st.caption("From the sink ledger: one batch (same checkpoint, same batch id) handed to its sink more "
-                       "than once — applied twice counts it twice; applied, then skipped, counts it once.")
-            st.dataframe(repeats.assign(checkpoint_id=repeats["checkpoint_id"].map(fmt.short_id))[
-                             ["sink", "batch_id", "outcomes", "processed", "first", "last", "checkpoint_id"]],
-                         hide_index=True, width="stretch",
-                         column_config={"batch_id": st.column_config.NumberColumn("batch", format="%d"),
-                                        "processed": st.column_config.NumberColumn("records", format="localized"),
-                                        "first": TIME, "last": TIME,
-                                        "checkpoint_id": st.column_config.TextColumn("checkpoint")})
-        rec = recoveries(db, 10)
-        if not rec.empty:
-            st.caption("Latest recoveries: " + "; ".join(
-                f"{r.job} after {r.fault} at {fmt.clock(r.killed_at)}: {fmt.duration_s(r.seconds)}"
-                for r in rec.itertuples()) + ".")
+    if not reruns.empty:
+        left.caption("From Spark's logs: planned before the restart, not committed by then, committed after it "
+                     "(the next run ran it again with the same offsets).")
+        left.dataframe(reruns[["query", "batch_id", "planned", "what", "restart", "committed"]], hide_index=True,
+                       width="stretch",
+                       column_config={"batch_id": st.column_config.NumberColumn("batch", format="%d"),
+                                      "planned": TIME, "committed": TIME,
+                                      "restart": st.column_config.DatetimeColumn("restart at", format="HH:mm:ss"),
+                                      "what": st.column_config.TextColumn("restart")})
+    if not repeats.empty:
+        right.caption("From the sink ledger: one batch (same checkpoint, same batch id) handed to its sink more "
+                      "than once — applied twice counts it twice; applied, then skipped, counts it once.")
+        right.dataframe(repeats.assign(checkpoint_id=repeats["checkpoint_id"].map(fmt.short_id))[
+                            ["sink", "batch_id", "outcomes", "processed", "first", "last", "checkpoint_id"]],
+                        hide_index=True, width="stretch",
+                        column_config={"batch_id": st.column_config.NumberColumn("batch", format="%d"),
+                                       "processed": st.column_config.NumberColumn("records", format="localized"),
+                                       "first": TIME, "last": TIME,
+                                       "checkpoint_id": st.column_config.TextColumn("checkpoint")})
+    rec = recoveries(db, 10)
+    if not rec.empty:
+        st.caption("Latest recoveries: " + "; ".join(
+            f"{r.job} after {r.fault} at {fmt.clock(r.killed_at)}: {fmt.duration_s(r.seconds)}"
+            for r in rec.itertuples()) + ".")
     if df.empty:
         return
     left, right = st.columns(2)
@@ -87,6 +89,7 @@ def draw(db, s):
     with right:
         st.subheader("Batch history")
         recent = df.sort_values("ts", ascending=False).head(100)
+        recent = recent.assign(processed_rows_per_s=recent["processed_rows_per_s"].round())
         st.dataframe(recent[["time", "query", "batch_id", "num_input_rows", "processed_rows_per_s", "duration_ms",
                              "commit_ms", "state_rows", "state_rows_dropped_late"]],
                      hide_index=True, width="stretch", height=420,

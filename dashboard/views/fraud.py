@@ -47,7 +47,7 @@ def draw(db, s):
     st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", *data.SCORE_COLUMNS, "score", "latency_ms"]],
                  hide_index=True, width="stretch", height=380,
                  column_config={"decided": st.column_config.DatetimeColumn("decided (UTC)", format="HH:mm:ss"),
-                                "amount": st.column_config.NumberColumn(format="%.2f"),
+                                "amount": st.column_config.NumberColumn(format="localized"),
                                 "latency_ms": st.column_config.NumberColumn("latency", format="%d ms"),
                                 **{c: st.column_config.ProgressColumn(c.removeprefix("score_").replace("_", " "),
                                                                       min_value=0, max_value=1, format="%.2f")

@@ -58,7 +58,7 @@ def draw(db, s):
         st.markdown(f"{text.badge(g)}\n" + "\n".join(f"- {text.change(ch)}" for ch in changes))
 
     series = data.audit_series(db, now)
-    faults = data.fault_marks(db, now)
+    faults = data.fault_marks(db, now, job=data.JOB)
     left, right = st.columns([2, 3])
     left.plotly_chart(charts.counts_vs_truth(latest), width="stretch")
     right.plotly_chart(charts.guarantee_error(series, faults), width="stretch")

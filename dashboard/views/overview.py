@@ -54,12 +54,12 @@ def draw(db, s):
         if jobs.empty:
             ui.no_data("the supervisor has not reported any job.")
         else:
-            st.dataframe(jobs[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "detail"]],
+            ids = {c: jobs[c].map(lambda v: fmt.NONE if fmt._missing(v) else str(int(v))) for c in ("last_batch", "pid")}
+            st.dataframe(jobs.assign(**ids)[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "detail"]],
                          hide_index=True, width="stretch",
-                         column_config={"seen_s_ago": st.column_config.NumberColumn("seen (s ago)", format="%.1f"),
-                                        "last_batch": st.column_config.NumberColumn("last batch", format="%d"),
-                                        "restarts": st.column_config.NumberColumn(format="%d"),
-                                        "pid": st.column_config.NumberColumn(format="%d")})
+                         column_config={"seen_s_ago": st.column_config.NumberColumn("seen", format="%.1f s ago"),
+                                        "last_batch": st.column_config.TextColumn("last batch"),
+                                        "restarts": st.column_config.NumberColumn(format="%d")})
         dl = dead_letters(db)
         if not dl.empty:
             st.caption(f"Bad input sent to the dead-letter topic: {fmt.count(dl['count'].sum())} messages "
@@ -91,7 +91,7 @@ def draw_lag(db, s):
     if lag.empty:
         ui.no_data("the topics the queries read are not in Kafka.")
         return
-    st.dataframe(lag[["query", "lag", "kafka_end", "processed", "topic"]], hide_index=True, width="stretch",
+    st.dataframe(lag[["query", "topic", "lag", "kafka_end", "processed"]], hide_index=True, width="stretch",
                  column_config={"lag": st.column_config.NumberColumn("lag (records)", format="localized"),
                                 "kafka_end": st.column_config.NumberColumn("Kafka end", format="localized"),
                                 "processed": st.column_config.NumberColumn("last batch end", format="localized")})

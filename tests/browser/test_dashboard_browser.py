@@ -73,6 +73,17 @@ def check_figures(page, path: str) -> None:
     assert not re.search(r"\bnan\b|\bNone\b|\bNaN\b", body), (path, re.findall(r".{0,40}\b(?:nan|None|NaN)\b.{0,40}", body))
 
 
+def shoot(page, name: str) -> None:
+    """A screenshot of the whole page, the viewport as tall as the page so Plotly draws every chart."""
+    tall = page.evaluate("""() => {
+        const block = document.querySelector('[data-testid=stMainBlockContainer]');
+        return block ? block.scrollHeight : document.body.scrollHeight; }""")
+    page.set_viewport_size({"width": 1440, "height": max(900, min(int(tall) + 20, 6000))})
+    page.wait_for_timeout(1200)  # Plotly redraws at the new size
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size({"width": 1440, "height": 1000})
+
+
 def test_every_page_in_chromium(dashboard):
     base, db_path, seeded = dashboard
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -86,13 +97,7 @@ def test_every_page_in_chromium(dashboard):
                 page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1500)  # let Plotly finish drawing
             check_figures(page, path)
-            tall = page.evaluate("""() => {
-                const block = document.querySelector('[data-testid=stMainBlockContainer]');
-                return block ? block.scrollHeight : document.body.scrollHeight; }""")
-            page.set_viewport_size({"width": 1440, "height": max(900, min(int(tall) + 20, 6000))})
-            page.wait_for_timeout(1200)  # Plotly redraws at the new size
-            page.screenshot(path=str(SHOTS / f"{NAMES.get(path, path)}.png"), full_page=True)
-            page.set_viewport_size({"width": 1440, "height": 1000})
+            shoot(page, NAMES.get(path, path))
 
         page.goto(f"{base}/faults")
         page.locator(".st-key-job_crash button[aria-label=Open]").click()
@@ -105,8 +110,9 @@ def test_every_page_in_chromium(dashboard):
         assert kinds[-1] == ("crash", "usage", "pending")
         page.goto(f"{base}/guarantees")
         page.get_by_text("crash on usage at").first.wait_for(timeout=30_000)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
         page.wait_for_timeout(1500)
         markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
             "els => els.map(e => e.textContent || '')")
         assert sum("crash" in m for m in markers) == 2, markers  # the seeded crash and the one just pressed
-        page.screenshot(path=str(SHOTS / "guarantees-after-crash.png"))
+        shoot(page, "guarantees-after-crash")

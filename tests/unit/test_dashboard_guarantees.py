@@ -36,6 +36,7 @@ def test_audit_series_and_fault_marks(world):
     marks = data.fault_marks(db, NOW)
     assert list(marks["kind"]) == ["bad-input", "crash"]  # faults only: the simulator's set-rate is a control
     assert marks["time"].iloc[-1].value // 1_000_000 == seeded.fault_at
+    assert list(data.fault_marks(db, NOW, job="usage")["kind"]) == ["crash"]  # what the Guarantees chart marks
 
 
 def test_the_crash_is_told_per_guarantee_from_the_ledger_and_the_command_log(world):
