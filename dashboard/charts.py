@@ -42,8 +42,11 @@ def _time_axis(fig: go.Figure, times, title: str = TIME_TITLE, **where) -> go.Fi
     return fig
 
 
-def _counts_axis(fig: go.Figure, **where) -> go.Figure:
+def _counts_axis(fig: go.Figure, top=None, **where) -> go.Figure:
+    """A y axis of whole counts from 0; below 5 ticked 0, 1, 2… (never half a record)."""
     fig.update_yaxes(tickformat=",~r", rangemode="tozero", **where)
+    if top is not None and not pd.isna(top) and float(top) < 5:
+        fig.update_yaxes(dtick=1, range=[0, max(1.0, float(top)) * 1.1], **where)
     return fig
 
 
@@ -144,8 +147,9 @@ def guarantee_error(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
                                                shape="hv"),
                                      hovertemplate=f"{g}: %{{y:,}} {column}<extra></extra>"), row=row, col=1)
     _mark_faults(fig, faults, rows=2)
-    for row in (1, 2):
-        fig.update_yaxes(title_text="records", rangemode="tozero", tickformat=",~r", row=row, col=1)
+    for row, column in ((1, "lost"), (2, "duplicated")):
+        fig.update_yaxes(title_text="records", row=row, col=1)
+        _counts_axis(fig, series[column].max() if not series.empty else 0, row=row, col=1)
     _time_axis(fig, pd.concat([series["time"], faults["time"]]) if not faults.empty else series["time"],
                row=2, col=1)
     fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
@@ -165,7 +169,7 @@ def lag(series: pd.DataFrame) -> go.Figure:
                                  line=dict(color=GUARANTEE_COLORS[g], width=2), customdata=part["lag_seconds"],
                                  hovertemplate=f"{g}: %{{y:,}} records (%{{customdata:.1f}} s)<extra></extra>"))
     _time_axis(fig, series["time"])
-    _counts_axis(fig)
+    _counts_axis(fig, series["lag_records"].max() if not series.empty else 0)
     return _layout(fig, "Behind the input: records beyond the committed offsets (not lost)", height=300,
                    y_title="records behind")
 

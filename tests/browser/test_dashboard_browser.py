@@ -116,3 +116,24 @@ def test_every_page_in_chromium(dashboard):
             "els => els.map(e => e.textContent || '')")
         assert sum("crash" in m for m in markers) == 2, markers  # the seeded crash and the one just pressed
         shoot(page, "guarantees-after-crash")
+
+
+def test_guarantees_with_no_fault_in_chromium(tmp_path, kafka):
+    """No fault pressed, at-least-once behind: lost 0 and duplicated 0 for all three, the lag apart."""
+    db_path = tmp_path / "quiet.db"
+    db = connect(db_path)
+    seeded = seed_store(db, now_ms(), scenario="quiet", checkpoint_root=tmp_path / "checkpoints")
+    db.conn.close()
+    env = {"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "CHECKPOINT_ROOT": str(tmp_path / "checkpoints")}
+    with streamlit(env, tmp_path / "streamlit.log") as base, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(f"{base}/guarantees")
+        behind = f"behind {fmt.count(seeded.final['at-least-once']['lag_records'])} records"
+        for text in ("lost 0 · duplicated 0", behind, "no loss or duplicate in this time"):
+            page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
+        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+        check_figures(page, "guarantees (no fault)")
+        body = page.locator("[data-testid=stMain]").inner_text()
+        assert body.count("lost 0 · duplicated 0") == 3 and "lost +" not in body and "no fault recorded" not in body
+        shoot(page, "guarantees-no-fault")
