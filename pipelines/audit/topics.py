@@ -77,7 +77,7 @@ class TopicIndex:
         self.records += 1
         try:
             doc = json.loads(r.value)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):  # not a decision: counted in records, not in ids
             return
         if not isinstance(doc, dict) or not isinstance(doc.get("txn_id"), str):
             return

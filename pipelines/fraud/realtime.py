@@ -90,7 +90,10 @@ def build(spark, o, s: Settings, limits: Limits = DEFAULT_LIMITS):
     from pipelines.fraud.aggregator import aggregate_columns
     from pipelines.engine.sources import parse_transactions, read_kafka
 
-    txns = parse_transactions(read_kafka(spark, o.transactions_topic, s, starting_offsets="latest"))
+    # A real-time batch lasts minutes: the validation window follows each row's wall clock.
+    # Invalid rows are dropped here; the accurate companion writes them to the dead-letter topic.
+    txns = parse_transactions(read_kafka(spark, o.transactions_topic, s, starting_offsets="latest"),
+                              s, now_ms=wall_clock_ms())
     valid = txns.where(F.col("dlq_reason").isNull())
     joined = valid.join(F.broadcast(load_profiles(spark, o.store_path)), "card_id", "left")
     scores = score_columns(limits)
