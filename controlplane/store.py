@@ -68,9 +68,9 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                "checkpoint_id": str, "committed_batch": int}, ("ts", "job", "guarantee", "metric")),
     # dead letters seen by the fraud job, counted by reason
     "dead_letters": ({"reason": str, "count": int, "updated_at": int}, "reason"),
-    # recovery time per injected fault
+    # recovery time per injected fault (via: "standby" when a warm standby took over, else "restart")
     "recoveries": ({"id": int, "job": str, "fault": str, "killed_at": int, "recovered_at": int,
-                    "seconds": float}, "id"),
+                    "seconds": float, "via": str, "command_id": int}, "id"),
     # event-time windows of the usage job
     "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
                  "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),
@@ -84,6 +84,18 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     # the event-time watermark of the windows query, advanced in the same transaction as its results
     "usage_watermarks": ({"name": str, "max_event_time": int, "watermark": int, "updated_at": int},
                          "name"),
+    # what `python -m bench latency` measured, one row per run (decision append - transaction
+    # append, both the broker's LogAppendTime): the dashboard shows these, never estimates
+    "latency_runs": ({"ts": int, "mode": str, "rate": float, "achieved_rate": float, "p50_ms": float,
+                      "p95_ms": float, "p99_ms": float, "max_ms": float, "measured": int, "undecided": int,
+                      "duplicates": int, "behind_schedule_p99_ms": float, "precision": float,
+                      "recall": float}, None),
+    # what `python -m bench quality` measured on the evaluation set (simulator/evaluation.py), one
+    # row per pattern and run: fraud patterns against every legitimate transaction; legitimate ones
+    # as the share flagged
+    "quality": ({"run_id": str, "ts": int, "seed": int, "threshold": float, "pattern": str, "kind": str,
+                 "transactions": int, "flagged": int, "precision": float, "recall": float,
+                 "average_precision": float, "flagged_share": float}, ("run_id", "pattern")),
 }
 
 

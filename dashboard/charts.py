@@ -177,16 +177,18 @@ def lag(series: pd.DataFrame) -> go.Figure:
 # --- faults ---------------------------------------------------------------------------------------
 
 def recoveries(df: pd.DataFrame) -> go.Figure:
-    """One bar per recovery, labelled job · fault · time, coloured by fault."""
+    """One bar per recovery, labelled job · fault · time, coloured by how: standby takeover or restart."""
     fig = go.Figure()
     df = df.sort_values("killed")
     labels = df["job"] + " · " + df["fault"] + " · " + df["killed"].dt.strftime("%H:%M:%S")
-    for i, fault in enumerate(df["fault"].unique()):
-        mask = df["fault"] == fault
-        fig.add_trace(go.Bar(x=labels[mask], y=df.loc[mask, "seconds"], name=fault,
+    how = df["via"].map({"standby": "warm standby took over", "restart": "cold restart"}).fillna("cold restart")
+    for i, name in enumerate(how.unique()):
+        mask = how == name
+        fig.add_trace(go.Bar(x=labels[mask], y=df.loc[mask, "seconds"], name=name,
                              marker_color=SERIES[i % len(SERIES)], text=df.loc[mask, "seconds"].map("{:.1f} s".format),
                              textposition="outside", hovertemplate="%{x}: %{y:.1f} s<extra></extra>"))
-    fig.update_xaxes(type="category", title_text="job · fault · killed at (UTC)")
+    fig.update_xaxes(type="category", title_text="job · fault · killed at (UTC)", categoryorder="array",
+                     categoryarray=list(labels))
     fig.update_yaxes(rangemode="tozero", range=[0, float(df["seconds"].max()) * 1.25 if not df.empty else 1])
     fig.update_layout(bargap=0.5 if len(df) > 2 else 0.7)
     return _layout(fig, "Recovery time per fault (kill → first new batch with rows)", height=320,

@@ -9,7 +9,7 @@ import pandas as pd
 from controlplane.faults import CATALOGUE
 from dashboard.data.store import frame, scalar, to_time
 
-COMMAND_COLUMNS = ["id", "issued", "kind", "job", "params", "status", "took_s", "result",
+COMMAND_COLUMNS = ["id", "issued", "kind", "job", "params", "status", "took_s", "recovered_s", "result",
                    "issued_at", "started_at", "done_at"]
 
 
@@ -42,13 +42,16 @@ def command_log(db, limit: int = 50, job: str | None = None, kinds: tuple[str, .
     df["params"] = df["params"].map(params_of)
     df["issued"] = to_time(df["issued_at"])
     df["took_s"] = (df["done_at"] - df["started_at"]) / 1000
+    recovered = frame(db, "SELECT command_id, seconds FROM recoveries WHERE command_id IS NOT NULL")
+    df["recovered_s"] = df["id"].map(dict(zip(recovered["command_id"], recovered["seconds"]))) if not df.empty else []
     return df[COMMAND_COLUMNS]
 
 
 def recoveries(db, limit: int = 50) -> pd.DataFrame:
-    """Recovery time per fault the supervisor measured (kill → first new batch with rows)."""
-    df = frame(db, "SELECT id, job, fault, killed_at, recovered_at, seconds FROM recoveries "
-                   "ORDER BY id DESC LIMIT ?", [limit])
+    """Recovery time per fault the supervisor measured (kill → first new batch with rows), and
+    how: a warm standby's takeover or a cold restart."""
+    df = frame(db, "SELECT id, job, fault, killed_at, recovered_at, seconds, coalesce(via, 'restart') AS via, "
+                   "command_id FROM recoveries ORDER BY id DESC LIMIT ?", [limit])
     df["killed"] = to_time(df["killed_at"])
     return df
 

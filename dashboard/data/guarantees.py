@@ -104,8 +104,9 @@ def restarts(db, start_ms: int, job: str = JOB) -> list[dict]:
     """The supervisor's measured restarts of `job` since `start_ms`: each recovery (killed, first
     batch with rows after it) and the start of the running process."""
     out = [{"kind": "recovery", "job": r["job"], "fault": r["fault"], "at": int(r["killed_at"]),
-            "until": int(r["recovered_at"]), "seconds": float(r["seconds"])}
-           for r in frame(db, "SELECT job, fault, killed_at, recovered_at, seconds FROM recoveries "
+            "until": int(r["recovered_at"]), "seconds": float(r["seconds"]), "via": r["via"]}
+           for r in frame(db, "SELECT job, fault, killed_at, recovered_at, seconds, "
+                              "coalesce(via, 'restart') AS via FROM recoveries "
                               "WHERE job = ? AND killed_at > ? ORDER BY id LIMIT 500", [job, start_ms]
                           ).to_dict("records")]
     row = db.conn.execute("SELECT started_at, restarts, detail FROM job_status WHERE job = ?", [job]).fetchone()

@@ -35,10 +35,13 @@ def draw(db, s):
         ui.no_data("no command issued yet.")
     else:
         log = log.assign(params=[text.params(k, p) for k, p in zip(log["kind"], log["params"])])
-        st.dataframe(log[["id", "issued", "kind", "job", "params", "status", "took_s", "result"]],
+        st.dataframe(log[["id", "issued", "kind", "job", "params", "status", "took_s", "recovered_s", "result"]],
                      hide_index=True, width="stretch", height=min(400, 38 + 35 * len(log)),
                      column_config={"issued": st.column_config.DatetimeColumn("issued (UTC)", format="HH:mm:ss"),
                                     "took_s": st.column_config.NumberColumn("took", format="%.1f s"),
+                                    "recovered_s": st.column_config.NumberColumn(
+                                        "recovered in", format="%.1f s",
+                                        help="Kill → the job's first new batch with rows, as the supervisor measured it."),
                                     "id": st.column_config.NumberColumn(format="%d")})
     left, right = st.columns([3, 2])
     with left:
@@ -49,8 +52,10 @@ def draw(db, s):
         else:
             st.plotly_chart(charts.recoveries(rec), width="stretch")
             slowest = rec.loc[rec["seconds"].idxmax()]
-            st.caption(f"Median {fmt.duration_s(rec['seconds'].median())} over {len(rec):,} "
-                       f"recover{'ies' if len(rec) > 1 else 'y'}; slowest {fmt.duration_s(slowest['seconds'])} "
+            by = "; ".join(f"{'warm standby' if via == 'standby' else 'cold restart'}: median "
+                           f"{fmt.duration_s(part['seconds'].median())} over {len(part):,}"
+                           for via, part in rec.groupby("via"))
+            st.caption(f"{by}; slowest {fmt.duration_s(slowest['seconds'])} "
                        f"({slowest['job']} after {slowest['fault']}).")
     with right:
         st.subheader("Fenced writes and bad input")

@@ -93,13 +93,17 @@ def causes(found: list[dict]) -> list[str]:
             rec = _recovery_of(c, recoveries)
             if rec:
                 told.add(id(rec))
-                text += f" (batches again {fmt.duration_s(rec['seconds'])} after the kill)"
+                text += f" (batches again {fmt.duration_s(rec['seconds'])} after the kill{_how(rec)})"
             out.append(text)
         elif c["kind"] == "start":
             out.append(f"{c['job']} restarted at {fmt.clock(c['at'])}")
     out += [f"{r['job']} killed by {r['fault']} at {fmt.clock(r['at'])}, batches again "
-            f"{fmt.duration_s(r['seconds'])} later" for r in recoveries if id(r) not in told]
+            f"{fmt.duration_s(r['seconds'])} later{_how(r)}" for r in recoveries if id(r) not in told]
     return out
+
+
+def _how(recovery: dict) -> str:
+    return ", its warm standby took over" if recovery.get("via") == "standby" else ""
 
 
 def change(ch: dict) -> str:

@@ -39,6 +39,7 @@ class PendingRecovery:
     fault: str
     killed_at_ms: int
     command_id: int | None = None
+    via: str = "restart"        # "standby": a warm standby was ready to take over
 
 
 class FaultExecutor:
@@ -82,7 +83,8 @@ class FaultExecutor:
         standby = self.sup.ready_standby(child.job)
         os.kill(pid, signal.SIGKILL)
         if child.job != "simulator":
-            self.recoveries.append(PendingRecovery(child.job, "crash", killed_at, cmd.id))
+            self.recoveries.append(PendingRecovery(child.job, "crash", killed_at, cmd.id,
+                                                   "standby" if standby else "restart"))
         then = (f"warm standby pid {standby.proc.pid} takes over" if standby
                 else f"restart in {self.s.restart_delay_seconds:.0f} s")
         commands.finish(self.db, cmd.id, f"SIGKILL sent to {child.job} driver pid {pid}; {then}")
@@ -169,7 +171,8 @@ class FaultExecutor:
             if row and row[0]:
                 self.db["recoveries"].insert({"job": rec.job, "fault": rec.fault, "killed_at": rec.killed_at_ms,
                                               "recovered_at": row[0],
-                                              "seconds": (row[0] - rec.killed_at_ms) / 1000})
+                                              "seconds": (row[0] - rec.killed_at_ms) / 1000,
+                                              "via": rec.via, "command_id": rec.command_id})
                 self.recoveries.remove(rec)
             elif now_ms() - rec.killed_at_ms > 600_000:
                 self.recoveries.remove(rec)

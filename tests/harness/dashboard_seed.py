@@ -355,8 +355,10 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
     if fault_at:
         recovered = min(p["ts"] for p in progress if p["query"].startswith("usage-") and p["ts"] > fault_at
                         and p["num_input_rows"] > 0)
+        crash_id = db.execute("SELECT id FROM commands WHERE kind = 'crash' AND job = 'usage'").fetchone()[0]
         db["recoveries"].insert({"job": "usage", "fault": "crash", "killed_at": fault_at, "recovered_at": recovered,
-                                 "seconds": (recovered - fault_at) / 1000}, alter=False)
+                                 "seconds": (recovered - fault_at) / 1000, "via": "restart",
+                                 "command_id": crash_id}, alter=False)
     db["dead_letters"].insert_all([{"reason": "malformed JSON", "count": 12, "updated_at": t0 + 900},
                                    {"reason": "missing field card_id", "count": BAD - 12, "updated_at": t0 + 900}],
                                   alter=False)

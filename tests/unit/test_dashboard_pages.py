@@ -102,7 +102,7 @@ def expected(name: str, s) -> list[str]:
                        f"applied batch {FAULT_BATCH} twice", f"skipped the replay of batch {FAULT_BATCH}",
                        "started a new checkpoint", "crash on usage at", "Fraud job (its own exactly-once sinks)"],
         "faults": [*(f"Inject {k}" for k in FAULTS), "SIGKILL sent to usage driver pid 4242", "Zombie writes rejected",
-                   "malformed JSON", "Median 7"],
+                   "malformed JSON", "cold restart: median 7"],
         "windows": ["Late events", "behind now", "usage-exactly-once", "DEDUPE_SECONDS (600 s)",
                     "WATERMARK_SECONDS (30 s)"],
         "checkpoints": ["usage-exactly-once", "Where each checkpoint stands", "running (not committed yet)",

@@ -81,3 +81,11 @@ def test_fraud_job_sentence():
     q = {"decided": 100, "truth": 100, "lost": 0, "topic": 100, "topic_duplicated": 2, "lag_records": 0}
     assert text.fraud_job(q) == ("Fraud job (its own exactly-once sinks): decided 100 of truth 100 in the store, "
                                  "lost 0, 100 distinct in the decisions topic, 2 extra records, caught up with its input.")
+
+def test_causes_say_when_a_warm_standby_took_over():
+    rec = {"kind": "recovery", "job": "fraud", "fault": "crash", "at": 1_000, "until": 4_000, "seconds": 3.0,
+           "via": "standby"}
+    cmd = {"kind": "command", "id": 5, "fault": "crash", "job": "fraud", "status": "done", "at": 1_000, "until": 1_002}
+    assert text.causes([cmd, rec]) == ["crash #5 on fraud at 00:00:01 (batches again 3.0 s after the kill, "
+                                       "its warm standby took over)"]
+    assert text.causes([{**rec, "via": "restart"}]) == ["fraud killed by crash at 00:00:01, batches again 3.0 s later"]
