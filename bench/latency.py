@@ -1,14 +1,22 @@
 """End-to-end decision latency of the fraud job: `python -m bench latency --mode M --rate R --seconds S --json`.
 
 Starts the broker if it is not running (and stops it afterwards if it started it), creates fresh
-topics, starts `python -m pipelines.fraud --mode M` on its own checkpoint and store, feeds it with
-`python -m simulator --rate R` for a warm-up and then S measured seconds, reads the decisions back
-(read_committed) from the mode's output topic (micro-batch: `decisions`; real-time: the real-time
-path's `decisions-rt`), first decision per txn_id (what a deduplicating reader sees), and prints
-as the last line {"mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms", "max_ms", ...}:
-latency = decided_at - produced_at over the transactions produced in the measured window, both
-stamped from this machine's wall clock. Precision and recall against the simulator's labels ride
-along (for the whole run, measured window or not). Progress goes to stderr.
+topics (stamped with the broker's LogAppendTime, infra/topics.py), starts `python -m pipelines.fraud
+--mode M` on its own checkpoint and store, feeds it with `python -m simulator --rate R` for a
+warm-up and then S measured seconds, and reads back, read_committed, the transactions and the
+mode's output topic (micro-batch: `decisions`, exactly once; real-time: `decisions-rt`).
+
+Latency of a transaction = its decision's append time on the output topic - its own append time
+on the transactions topic: one clock (the broker's), and everything after the transaction reached
+Kafka counted (the job's queueing, batching, scoring and its Kafka transaction's commit).
+How far the simulator itself fell behind its schedule is reported apart (`behind_schedule_p99_ms`).
+Every valid transaction the simulator sent must be decided: after the drain (`--drain-seconds`)
+the ones still undecided are counted (`undecided`) and the bench fails, its JSON printed first.
+A transaction decided twice is counted (`duplicates`); on the exactly-once `decisions` topic
+that is a failure too. Last line: {"mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms",
+"max_ms", "undecided", "duplicates", "precision", "recall", ...}; precision and recall are of the
+simulator's own traffic (a consistency check: its patterns are shaped for the analyzers; the
+honest measurement is `python -m bench quality`). Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -26,6 +34,10 @@ from pathlib import Path
 from infra import broker, kafka_client
 from infra.config import ROOT, load
 
+LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
+LATENCY_COLUMNS = ("mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms", "max_ms", "measured",
+                   "undecided", "duplicates", "behind_schedule_p99_ms", "precision", "recall")
+
 
 def log(msg: str) -> None:
     print(f"bench latency: {msg}", file=sys.stderr, flush=True)
@@ -39,16 +51,43 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return float(sorted_values[rank - 1])
 
 
-def latency_figures(decisions: list[dict], since_ms: int) -> dict:
-    """First decision per txn_id, produced at or after `since_ms` -> percentiles of decided - produced."""
-    first: dict[str, dict] = {}
-    for d in decisions:
-        seen = first.get(d["txn_id"])
-        if seen is None or d["decided_at"] < seen["decided_at"]:
-            first[d["txn_id"]] = d
-    lat = sorted(d["decided_at"] - d["produced_at"] for d in first.values() if d["produced_at"] >= since_ms)
+def latency_figures(tx_appended: dict[str, int], decisions: list[tuple[str, int]], expected: set[str],
+                    since_ms: int) -> dict:
+    """Latency = decision append time - transaction append time, both the broker's LogAppendTime.
+
+    `tx_appended` is {txn_id: append ms} of the transactions topic, `decisions` the output topic's
+    (txn_id, append ms) in topic order, `expected` the valid txn_ids the simulator sent. Measured:
+    the expected transactions appended at or after `since_ms` (after the warm-up). A transaction
+    decided twice is counted in `duplicates` and measured by its first decision (the one a
+    read_committed reader acts on); an expected one never decided is counted in `undecided`.
+    """
+    first: dict[str, int] = {}
+    duplicates = 0
+    for txn_id, ms in decisions:
+        if txn_id in first:
+            duplicates += 1
+            first[txn_id] = min(first[txn_id], ms)
+        else:
+            first[txn_id] = ms
+    undecided = sorted(expected - set(first))
+    lat = sorted(first[t] - tx_appended[t] for t in expected
+                 if t in first and t in tx_appended and tx_appended[t] >= since_ms)
     return {"measured": len(lat), "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
-            "p99_ms": percentile(lat, 99), "max_ms": lat[-1] if lat else None}
+            "p99_ms": percentile(lat, 99), "max_ms": lat[-1] if lat else None,
+            "undecided": len(undecided), "undecided_ids": undecided[:5], "duplicates": duplicates}
+
+
+def behind_schedule(tx_appended: dict[str, int], on_time_event_ms: dict[str, int]) -> float | None:
+    """p99 of how far the simulator's sends fell behind its schedule, in ms.
+
+    A paced simulator sends an on-time payment when the wall clock reaches its event time, so
+    append - event_time is the fixed offset of its clock's anchor (its smallest value) plus how
+    late the send was; the offset is taken off.
+    """
+    gaps = sorted(tx_appended[t] - e for t, e in on_time_event_ms.items() if t in tx_appended)
+    if not gaps:
+        return None
+    return percentile([g - gaps[0] for g in gaps], 99)
 
 
 def quality(decisions: list[dict], labels: list[dict]) -> dict:
@@ -66,14 +105,53 @@ def quality(decisions: list[dict], labels: list[dict]) -> dict:
             "recall": round(tp / (tp + fn), 4) if tp + fn else None}
 
 
-def read_topic(s, topic: str, idle_ms: int = 3_000) -> list[dict]:
-    """Every committed record of `topic` (a transactional writer's aborted ones are never read)."""
+def read_records(s, topic: str, idle_ms: int = 3_000) -> list[tuple[dict | None, int, int]]:
+    """(value as JSON or None, Kafka timestamp, timestamp type) of every committed record of
+    `topic`, in topic order per partition (a transactional writer's aborted ones are never read)."""
     consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
                                      max_poll_records=5_000, isolation_level="read_committed")
+    out = []
     try:
-        return [json.loads(m.value) for m in consumer]
+        for m in consumer:
+            try:
+                value = json.loads(m.value)
+            except (ValueError, RecursionError):
+                value = None
+            out.append((value if isinstance(value, dict) else None, m.timestamp, m.timestamp_type))
+        return out
     finally:
         consumer.close()
+
+
+def read_topic(s, topic: str, idle_ms: int = 3_000) -> list[dict]:
+    """Every committed JSON object of `topic`."""
+    return [v for v, _, _ in read_records(s, topic, idle_ms) if v is not None]
+
+
+def appended(records, topic: str) -> dict[str, int]:
+    """{txn_id: LogAppendTime} of a topic's records; SystemExit if the broker did not stamp them."""
+    out: dict[str, int] = {}
+    for value, ts, ts_type in records:
+        if value is None or "txn_id" not in value:
+            continue
+        if ts_type != LOG_APPEND_TIME:
+            raise SystemExit(f"bench latency: topic {topic} is not stamped with the broker's append time "
+                             f"(message.timestamp.type=LogAppendTime, set by infra/topics.py); its "
+                             f"latencies would mix the producers' clocks.")
+        out.setdefault(str(value["txn_id"]), ts)
+    return out
+
+
+def record(s, result: dict) -> None:
+    """Keep the run's figures in the store (`latency_runs`), where the dashboard shows them as measured."""
+    from controlplane.clock import now_ms
+    from controlplane.store import connect
+
+    db = connect(s=s)
+    try:
+        db["latency_runs"].insert({"ts": now_ms(), **{k: result.get(k) for k in LATENCY_COLUMNS}})
+    finally:
+        db.conn.close()
 
 
 def prime(s, tx: str, dec: str, deadline: float) -> None:
@@ -117,6 +195,8 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--trigger-seconds", type=float, default=0.0,
                    help="micro-batch trigger (0: next batch as soon as the last one ends)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--drain-seconds", type=float, default=120.0,
+                   help="how long the job may take, after the simulator stops, to decide the rest")
     p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
     args = p.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
@@ -171,29 +251,52 @@ def main(argv: list[str]) -> dict:
         totals = json.loads(out.strip().splitlines()[-1])
         log(f"simulator done: {totals}")
         sent = int(totals.get("sent", total))
-        # let the job drain, then read everything back
-        expected = len([l for l in read_topic(s, labels, 2_000)
-                        if not str(l.get("pattern", "")).startswith("bad:")])
-        drain_deadline = time.monotonic() + 120
-        decisions: list[dict] = []
-        while time.monotonic() < drain_deadline:
-            decisions = [d for d in read_topic(s, out_topic) if not d["txn_id"].startswith("prime-")]
-            if len({d["txn_id"] for d in decisions}) >= expected:
-                break
-            log(f"{len({d['txn_id'] for d in decisions})} of {expected} decided; waiting")
-            time.sleep(3)
-        decisions = [d for d in decisions if not d["txn_id"].startswith("prime-")]
-        figures = latency_figures(decisions, since_ms)
         label_rows = read_topic(s, labels, 2_000)
+        valid = [l for l in label_rows if not str(l.get("pattern", "")).startswith("bad:")]
+        expected = {str(l["txn_id"]) for l in valid}
+        # let the job drain: every valid transaction must come back decided
+        drain_deadline = time.monotonic() + args.drain_seconds
+        while True:
+            out_records = [(v, ts, kind) for v, ts, kind in read_records(s, out_topic)
+                           if v is not None and not str(v.get("txn_id", "")).startswith("prime-")]
+            missing = len(expected - {str(v["txn_id"]) for v, _, _ in out_records})
+            if not missing or time.monotonic() >= drain_deadline:
+                break
+            log(f"{len(expected) - missing} of {len(expected)} decided; waiting")
+            time.sleep(3)
+        tx_records = read_records(s, tx)
+        tx_appended = appended(tx_records, tx)
+        out_appended = appended(out_records, out_topic)  # checks the stamp type
+        figures = latency_figures(tx_appended, [(str(v["txn_id"]), ts) for v, ts, _ in out_records],
+                                  expected, since_ms)
+        on_time = {}
+        events = {str(v.get("txn_id")): v.get("event_time") for v, _, _ in tx_records if v}
+        for l in valid:
+            t = str(l["txn_id"])
+            if not l.get("is_late") and isinstance(events.get(t), int):
+                on_time[t] = events[t]
+        decisions = [v for v, _, _ in out_records]
         result = {"mode": args.mode, "rate": args.rate,
                   "achieved_rate": round(float(totals.get("achieved_rate") or sent / max(1e-9, t_end - t_start)), 1),
-                  **{k: figures[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
-                  "measured": figures["measured"], "decided": len({d["txn_id"] for d in decisions}),
-                  "expected": expected, **quality(decisions, label_rows)}
-        if result["decided"] < expected:
-            log(f"only {result['decided']} of {expected} transactions decided; job log kept: {work / 'job.log'}")
+                  **{k: figures[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms", "undecided", "duplicates")},
+                  "measured": figures["measured"], "decided": len(out_appended.keys() & expected),
+                  "expected": len(expected), "behind_schedule_p99_ms": behind_schedule(tx_appended, on_time),
+                  "output_topic": "decisions-rt" if args.mode == "realtime" else "decisions",
+                  **quality(decisions, label_rows)}
+        failure = None
+        if figures["undecided"]:
+            failure = (f"bench latency: {figures['undecided']} of {len(expected)} transactions were still "
+                       f"undecided {args.drain_seconds:g} s after the simulator stopped (for instance "
+                       f"{', '.join(figures['undecided_ids'])}); the job's log is kept at {work / 'job.log'}.")
+        elif figures["duplicates"] and args.mode == "microbatch":
+            failure = (f"bench latency: {figures['duplicates']} transactions were decided more than once on the "
+                       f"exactly-once decisions topic (read_committed); the job's log is kept at {work / 'job.log'}.")
         else:
             shutil.rmtree(work, ignore_errors=True)
+        record(s, result)
+        if failure:
+            print(json.dumps(result), flush=True)  # the figures stay the last stdout line
+            raise SystemExit(failure)
         return result
     finally:
         if sim is not None and sim.poll() is None:

@@ -10,7 +10,7 @@ import sys
 
 from bench.all import flatten, render_markdown, summarize
 from bench.common import commit_latencies, fraud_in, pct, record
-from bench.latency import latency_figures, percentile, quality
+from bench.latency import percentile, quality
 from infra.config import ROOT
 
 
@@ -81,14 +81,6 @@ def test_percentile_nearest_rank():
     values = list(range(1, 101))
     assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
     assert percentile([], 50) is None
-
-
-def test_latency_figures_use_the_first_decision_and_the_measured_window():
-    decisions = [{"txn_id": "a", "produced_at": 100, "decided_at": 110},
-                 {"txn_id": "a", "produced_at": 100, "decided_at": 500},   # a replayed duplicate
-                 {"txn_id": "b", "produced_at": 10, "decided_at": 20}]     # warm-up: not measured
-    f = latency_figures(decisions, since_ms=50)
-    assert f["measured"] == 1 and f["p99_ms"] == 10 and f["max_ms"] == 10
 
 
 def test_quality_counts_precision_and_recall_against_labels():

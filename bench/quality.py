@@ -1,0 +1,237 @@
+"""Fraud quality on traffic the analyzers never saw: `python -m bench quality [--seed S] [--cards N] --json`.
+
+Draws the evaluation set (simulator/evaluation.py: its own seed and rules, legitimate look-alikes
+included), sends it to a fresh transactions topic, runs the real fraud job on it
+(`python -m pipelines.fraud --available-now`: the stateful analyzers and the aggregator exactly as
+deployed, limits untouched) and reads its decisions back from the exactly-once `decisions` topic
+(read_committed). Every transaction must be decided, or the bench fails.
+
+Figures per fraud pattern, each measured against every legitimate transaction (so precision says
+how many alarms are right when this were the only fraud): precision and recall of `is_fraud` at
+the job's threshold (FRAUD_THRESHOLD), and the average precision of `score` (the threshold-free
+area under the precision-recall curve, as scikit-learn computes it: ties one step). Per
+legitimate pattern: the share of its transactions flagged. `all`: every fraud against every
+legitimate transaction. They are written to the store's `quality` table (one run id) for the
+dashboard. The last line is one JSON object; progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+from bench.common import logger, own_broker
+from infra import kafka_client
+from infra.config import ROOT, Settings, load
+from simulator import evaluation
+
+log = logger("quality")
+JOB_TIMEOUT_S = 900.0
+END_MARGIN_MS = 60_000  # the set ends a minute before now: inside the job's validation window
+
+
+# --- plain functions (tested without Kafka or Spark) ------------------------------------------
+
+def average_precision(truth: list[bool], scores: list[float]) -> float | None:
+    """Average precision of `scores` for the positives in `truth` (None without positives).
+
+    Sum over the distinct score thresholds, highest first, of (recall gained) x (precision there);
+    transactions with equal scores enter together, as in scikit-learn's average_precision_score.
+    """
+    positives = sum(truth)
+    if not positives:
+        return None
+    pairs = sorted(zip(scores, truth), key=lambda p: -p[0])
+    tp = fp = 0
+    ap = 0.0
+    i = 0
+    while i < len(pairs):
+        j = i
+        gained = 0
+        while j < len(pairs) and pairs[j][0] == pairs[i][0]:
+            gained += pairs[j][1]
+            tp += pairs[j][1]
+            fp += not pairs[j][1]
+            j += 1
+        ap += gained / positives * tp / (tp + fp)
+        i = j
+    return ap
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def pattern_figures(rows: list[tuple[str, bool, float, bool]]) -> dict[str, dict]:
+    """(pattern, is fraud per label, score, flagged) per transaction -> figures per pattern and `all`.
+
+    A fraud pattern is measured on its own transactions plus every legitimate one; a legitimate
+    pattern by the share of it flagged.
+    """
+    legit = [r for r in rows if not r[1]]
+    legit_flagged = sum(1 for r in legit if r[3])
+    out: dict[str, dict] = {}
+
+    def fraud_figures(frauds):
+        tp = sum(1 for r in frauds if r[3])
+        subset = frauds + legit
+        return {"kind": "fraud", "transactions": len(frauds), "flagged": tp,
+                "precision": _rounded(tp / (tp + legit_flagged)) if tp + legit_flagged else None,
+                "recall": _rounded(tp / len(frauds)) if frauds else None,
+                "average_precision": _rounded(average_precision([r[1] for r in subset], [r[2] for r in subset])),
+                "flagged_share": _rounded(tp / len(frauds)) if frauds else None}
+
+    for pattern in sorted({r[0] for r in rows}, key=lambda p: (p not in evaluation.FRAUD, p)):
+        mine = [r for r in rows if r[0] == pattern]
+        if mine[0][1]:
+            out[pattern] = fraud_figures(mine)
+        else:
+            flagged = sum(1 for r in mine if r[3])
+            out[pattern] = {"kind": "legitimate", "transactions": len(mine), "flagged": flagged,
+                            "precision": None, "recall": None, "average_precision": None,
+                            "flagged_share": _rounded(flagged / len(mine))}
+    out["all"] = fraud_figures([r for r in rows if r[1]])
+    out["all"]["kind"] = "all"
+    return out
+
+
+def join(labels: list[dict], decisions: list[dict]) -> tuple[list[tuple[str, bool, float, bool]], list[str], int]:
+    """Labels x decisions by txn_id -> (rows for pattern_figures, undecided ids, duplicates)."""
+    seen: dict[str, dict] = {}
+    duplicates = 0
+    for d in decisions:
+        if d["txn_id"] in seen:
+            duplicates += 1
+        else:
+            seen[d["txn_id"]] = d
+    rows, undecided = [], []
+    for l in labels:
+        d = seen.get(l["txn_id"])
+        if d is None:
+            undecided.append(l["txn_id"])
+        else:
+            rows.append((l["pattern"], bool(l["is_fraud"]), float(d["score"]), bool(d["is_fraud"])))
+    return rows, undecided, duplicates
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+def send(s: Settings, topic: str, txns: list[dict]) -> None:
+    """The transactions in event-time order, keyed by card, stamped produced_at = now."""
+    prod = kafka_client.producer(s, acks="all", linger_ms=20, batch_size=256 * 1024)
+    try:
+        now = int(time.time() * 1000)
+        for t in txns:
+            prod.send(topic, key=t["card_id"].encode(), value=json.dumps({**t, "produced_at": now}).encode())
+        prod.flush()
+    finally:
+        prod.close()
+
+
+def read_decisions(s: Settings, topic: str, expect: int, timeout_s: float = 60.0) -> list[dict]:
+    """The committed decisions of `topic` (read_committed), until `expect` are read or it goes quiet."""
+    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=5_000,
+                                     max_poll_records=5_000, isolation_level="read_committed")
+    out: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for m in consumer:
+            out.append(json.loads(m.value))
+            if len(out) >= expect or time.monotonic() > deadline:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: float | None = None) -> dict:
+    """Send `txns` through the real fraud job (its own topics, checkpoint and store under `work`);
+    {"figures", "undecided", "duplicates", "decided", "seconds"}. The caller owns the broker."""
+    from infra.topics import ensure_topics
+
+    tag = uuid.uuid4().hex[:8]
+    tx, dec, dlq, marks, rt = (f"bench-quality-{name}-{tag}" for name in ("tx", "dec", "dlq", "marks", "rt"))
+    ensure_topics([tx, dec, dlq, marks, rt], s=s)
+    send(s, tx, txns)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(work / "job.log", "w") as job_log:
+        cmd = [sys.executable, "-m", "pipelines.fraud", "--available-now", "--transactions-topic", tx,
+               "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
+               "--checkpoint", str(work / "checkpoint"), "--store", str(work / "store.db"),
+               "--starting-offsets", "earliest"]
+        if threshold is not None:
+            cmd += ["--threshold", str(threshold)]
+        job = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               stdout=job_log, stderr=subprocess.STDOUT)
+        try:
+            code = job.wait(JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+            raise SystemExit(f"bench quality: the fraud job did not finish within {JOB_TIMEOUT_S:g} s; "
+                             f"see {work / 'job.log'}.") from None
+    seconds = time.monotonic() - t0
+    if code != 0:
+        raise SystemExit(f"bench quality: the fraud job exited with code {code}; see {work / 'job.log'}.")
+    decisions = read_decisions(s, dec, len(txns))
+    rows, undecided, duplicates = join(labels, decisions)
+    return {"figures": pattern_figures(rows) if rows else {}, "undecided": len(undecided),
+            "undecided_ids": undecided[:5], "duplicates": duplicates, "decided": len(rows),
+            "seconds": round(seconds, 1)}
+
+
+def record(s: Settings, run_id: str, seed: int, threshold: float, figures: dict[str, dict]) -> None:
+    """One `quality` row per pattern of this run, so the dashboard shows measured figures only."""
+    from controlplane.clock import now_ms
+    from controlplane.store import connect, transaction
+
+    db = connect(s=s)
+    try:
+        ts = now_ms()
+        with transaction(db):
+            for pattern, f in figures.items():
+                db["quality"].insert({"run_id": run_id, "ts": ts, "seed": seed, "threshold": threshold,
+                                      "pattern": pattern, **f})
+    finally:
+        db.conn.close()
+
+
+def main(argv: list[str]) -> dict:
+    p = argparse.ArgumentParser(prog="python -m bench quality")
+    p.add_argument("--seed", type=int, default=evaluation.SEED, help="the evaluation set's seed")
+    p.add_argument("--cards", type=int, default=evaluation.CARDS)
+    p.add_argument("--days", type=float, default=evaluation.DAYS, help="event time the set spans")
+    p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
+    args = p.parse_args(argv)
+    s = load()
+    try:
+        txns, labels = evaluation.evaluation_set(args.seed, args.cards, int(time.time() * 1000) - END_MARGIN_MS,
+                                                 args.days)
+    except ValueError as exc:
+        p.error(str(exc))
+    log(f"evaluation set: seed {args.seed}, {args.cards:,} cards, {len(txns):,} transactions, "
+        f"{sum(l['is_fraud'] for l in labels):,} fraudulent")
+    run_id = uuid.uuid4().hex[:12]
+    work = s.run_dir / f"bench-quality-{run_id}"
+    with own_broker(s, log):
+        m = measure(s, txns, labels, work)
+    result = {"seed": args.seed, "cards": args.cards, "transactions": len(txns),
+              "frauds": sum(l["is_fraud"] for l in labels), "threshold": s.fraud_threshold,
+              "undecided": m["undecided"], "duplicates": m["duplicates"], "job_seconds": m["seconds"],
+              "patterns": m["figures"], **{k: m["figures"].get("all", {}).get(k)
+                                           for k in ("precision", "recall", "average_precision")}}
+    if m["undecided"] or m["duplicates"]:
+        print(json.dumps(result), flush=True)
+        raise SystemExit(f"bench quality: {m['undecided']} transactions undecided (for instance "
+                         f"{', '.join(m['undecided_ids'])}) and {m['duplicates']} decided twice; "
+                         f"the job's log is kept at {work / 'job.log'}.")
+    shutil.rmtree(work, ignore_errors=True)
+    record(s, run_id, args.seed, s.fraud_threshold, m["figures"])
+    result["run_id"] = run_id
+    return result
