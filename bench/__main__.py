@@ -10,7 +10,7 @@ from pathlib import Path
 
 def scenarios() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)])
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules([str(here)])
                   if not m.name.startswith("_") and m.name != "common")
 
 
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
         print(f"{unknown}usage: python -m bench SCENARIO [options] --json; scenarios: {', '.join(names) or 'none yet'}",
               file=sys.stderr)
         return 2
-    module = importlib.import_module(f"bench.{argv[0]}")
+    module = importlib.import_module(f"bench.{argv[0].replace('-', '_')}")  # fraud-guarantees
     result = module.main(argv[1:])
     print(json.dumps(result), flush=True)
     return 0

@@ -30,7 +30,7 @@ from bench.common import logger, own_broker
 from infra.config import ROOT, load
 
 log = logger("all")
-ORDER = ["limit", "peer", "produce", "throughput", "latency", "guarantees", "recovery"]
+ORDER = ["limit", "peer", "produce", "throughput", "latency", "guarantees", "recovery", "fraud-guarantees"]
 QUICK = {
     "limit": ["--events", "300000"],
     "peer": ["--events", "300000", "--seconds", "15", "--warmup", "10"],
@@ -39,6 +39,7 @@ QUICK = {
     "latency": ["--seconds", "15", "--warmup", "15"],
     "guarantees": [],
     "recovery": ["--rounds", "1"],
+    "fraud-guarantees": ["--before", "10", "--after", "30"],
 }
 # figure -> the limit / peer figure it is compared with (ratios of medians)
 LIMIT_OF = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from infra.contracts import GUARANTEES
+from infra.contracts import GUARANTEES, RT_GUARANTEES
 
 SUPERVISOR, JOB, SIMULATOR = "supervisor", "job", "simulator"
 FRAUD, USAGE = "fraud", "usage"
@@ -127,6 +127,11 @@ CATALOGUE: dict[str, Fault] = {f.kind: f for f in (
           (_rate("fraud_rate", "share of fraud, 0..1", 1.0),), is_fault=False),
     Fault("set-late-rate", SIMULATOR, (SIMULATOR,), "share of late events from the next block on",
           (_rate("late_rate", "share of late events, 0..1", 1.0),), is_fault=False),
+    Fault("set-fraud-guarantee", SUPERVISOR, (FRAUD,),
+          "restart the fraud job with this guarantee on its real-time path (real-time mode): at-most-once "
+          "skips what arrives while it restarts, at-least-once replays from its checkpoint",
+          (Param("guarantee", str, None, "", "the real-time path's guarantee", choices=RT_GUARANTEES,
+                 required=True),), is_fault=False),
 )}
 
 FAULTS = tuple(k for k, f in CATALOGUE.items() if f.is_fault)
@@ -161,7 +166,7 @@ def resolve(kind: str, job: str | None = None, params: dict | None = None) -> tu
             out[p.name] = p.coerce(kind, params[p.name])
         elif p.required:
             raise Refused(f"{kind} needs the parameter {p.name!r} ({p.help}).")
-    if out.get("guarantee") and job != USAGE:
+    if _TARGET in fault.params and out.get("guarantee") and job != USAGE:
         raise Refused(f"{kind}: guarantee targets a usage query; the {job} job has none.")
     return job, out
 

@@ -81,6 +81,21 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     # where each usage query first started reading (at-most-once's truth starts there)
     "usage_starts": ({"guarantee": str, "topic": str, "offsets": str, "started_at": int},
                      ("guarantee", "topic")),
+    # each start of the fraud job's real-time query, with the guarantee it started under (written by
+    # the job; resumed: it started from its checkpoint, so it replays what the last run left)
+    "fraud_rt_runs": ({"id": int, "started_at": int, "guarantee": str, "resumed": int, "epoch": int,
+                       "pid": int}, "id"),
+    # the fraud job's two paths per slice of arrival time, from the live auditor
+    # (pipelines.audit.paths.buckets over the transactions, decisions-rt and decisions topics)
+    "fraud_paths": ({"path": str, "bucket": int, "transactions": int, "decided": int, "undecided": int,
+                     "duplicated": int, "filled": int, "p50_ms": int, "p99_ms": int, "max_ms": int,
+                     "updated_at": int}, ("path", "bucket")),
+    # what each kill or restart of the fraud job did to its real-time path (paths.episode), per
+    # command, with the guarantee the restarted query ran under
+    "fraud_rt_gaps": ({"command_id": int, "kind": str, "guarantee": str, "killed_at": int, "recovered_at": int,
+                       "down_ms": int, "transactions": int, "undecided": int, "replayed": int,
+                       "p99_after_recovery_ms": int, "filled_by_accurate": int, "accurate_p99_ms": int,
+                       "accurate_max_ms": int, "updated_at": int}, "command_id"),
     # the event-time watermark of the windows query, advanced in the same transaction as its results
     "usage_watermarks": ({"name": str, "max_event_time": int, "watermark": int, "updated_at": int},
                          "name"),
@@ -122,7 +137,8 @@ INDEXES = [("decisions", ["decided_at"]), ("decisions", ["is_fraud", "decided_at
            ("decisions", ["batch_id"]), ("commands", ["status", "id"]),
            ("sink_batches", ["sink", "checkpoint_id", "batch_id"]),
            # the dashboard's bounded reads (recent batches, audit series, windows)
-           ("batch_progress", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"])]
+           ("batch_progress", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"]),
+           ("fraud_paths", ["bucket"])]
 
 # Changes the declarative TABLES cannot express (drops, renames); applied once per store, in order.
 MIGRATIONS = Migrations("cardstream")

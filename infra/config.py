@@ -86,12 +86,15 @@ class Settings:
     lease_ttl_seconds: float = 5.0    # a standby takes over when the active's heartbeat is this old
     standby: bool = False             # the supervisor keeps a warm standby per job
     audit_interval_seconds: float = 5.0
+    # a transaction with no decision this long after it arrived counts as undecided on the Fraud page
+    fraud_undecided_after_seconds: float = 15.0
     jars_dir: Path = field(default=ROOT / "infra" / "jars")
     kafka_sasl_mechanism: str | None = None
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
     fraud_rt_guarantee: str = "at-most-once"  # the real-time fraud path's (at-least-once: replays)
+    fraud_mode: str = "microbatch"            # the fraud job's mode (realtime: both paths)
     topic_replication: int = 1
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
@@ -148,6 +151,8 @@ def load(env: dict | None = None) -> Settings:
         max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),
         topic_replication=_int(env, "TOPIC_REPLICATION", 1),
         fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-most-once",
+        fraud_mode=env.get("FRAUD_MODE") or "microbatch",
+        fraud_undecided_after_seconds=_float(env, "FRAUD_UNDECIDED_AFTER_SECONDS", 15.0),
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
         spark_master=env.get("SPARK_MASTER", "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 4),

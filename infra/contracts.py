@@ -96,3 +96,6 @@ DECISION_FIELDS: dict[str, type] = {
 }
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+# The real-time fraud path's guarantees (Spark's Kafka sink cannot be transactional there, so no
+# exactly-once): at-most-once restarts from the latest offsets, at-least-once from its checkpoint.
+RT_GUARANTEES = ("at-most-once", "at-least-once")

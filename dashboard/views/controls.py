@@ -1,4 +1,5 @@
-"""Controls: steer the simulator through commands, one per control of the fault catalogue."""
+"""Controls: steer the simulator, and choose the real-time fraud path's guarantee, through commands,
+one per control of the fault catalogue."""
 import streamlit as st
 
 from controlplane.faults import CATALOGUE, CONTROLS
@@ -7,9 +8,10 @@ from dashboard.data import controls as data
 from dashboard.data.faults import command_log
 from dashboard.views import text
 
-st.title("Simulator controls")
-st.caption("Each control adds a command for the simulator to the store; the simulator applies it and records "
-           "the outcome. A field starts at the value last asked for (empty when never sent). Times are UTC.")
+st.title("Controls")
+st.caption("Each control adds a command to the store: the simulator applies its own; the supervisor applies the "
+           "fraud job's guarantee by restarting the job with it. Each records its outcome. A field starts at the "
+           "value last asked for (empty when never sent). Times are UTC.")
 
 token = ui.token_field("controls_token")
 
@@ -39,7 +41,7 @@ for col, kind in zip(st.columns([1] * len(switches) + [4]), switches):
 
 
 def draw(db, s):
-    st.subheader("What the simulator was last asked")
+    st.subheader("What was last asked")
     last = data.last_controls(db)
     cols = st.columns(1 + len(with_params))
     cols[0].metric("State", "paused" if last.get("paused") else "running", border=True,
@@ -48,16 +50,18 @@ def draw(db, s):
         p = CATALOGUE[kind].params[0]
         cmd = last.get(kind)
         value = data.last_value(last, kind, p.name)
-        shown = fmt.NONE if value is None else (fmt.decimal(value, 3) + ("" if p.unit == "share" else f" {p.unit}"))
-        col.metric(forms.label(p).capitalize(), shown, delta=None if not cmd else cmd["status"], delta_color="gray",
-                   delta_arrow="off", border=True,
-                   help=f"Never sent: the simulator runs with its own setting." if not cmd else cmd["result"])
-    log = command_log(db, 20, job=data.SIMULATOR)
+        shown = (fmt.NONE if value is None else str(value) if p.kind is str
+                 else fmt.decimal(value, 3) + ("" if p.unit == "share" else f" {p.unit}"))
+        who = CATALOGUE[kind].default_job
+        col.metric((forms.label(p) if who == data.SIMULATOR else f"{who} {forms.label(p)}").capitalize(), shown,
+                   delta=None if not cmd else cmd["status"], delta_color="gray", delta_arrow="off", border=True,
+                   help=f"Never sent: the {who} runs with its own setting." if not cmd else cmd["result"])
+    log = command_log(db, 20, kinds=CONTROLS)
     if log.empty:
-        ui.no_data("no command sent to the simulator.")
+        ui.no_data("no control sent.")
     else:
         log = log.assign(params=[text.params(k, p) for k, p in zip(log["kind"], log["params"])])
-        st.dataframe(log[["id", "issued", "kind", "params", "status", "took_s", "result"]], hide_index=True,
+        st.dataframe(log[["id", "issued", "job", "kind", "params", "status", "took_s", "result"]], hide_index=True,
                      width="stretch",
                      column_config={"issued": st.column_config.DatetimeColumn("issued (UTC)", format="HH:mm:ss"),
                                     "took_s": st.column_config.NumberColumn("took", format="%.1f s"),

@@ -17,6 +17,10 @@ decisions of batches up to its commit, and `topic` the distinct txn_ids in `deci
 (read_committed), whose records beyond one per txn_id are its duplicates. Precision and recall
 of the decided transactions against the `labels` topic ride along.
 
+For the fraud job's two paths (`paths`): per slice of arrival time, what the real-time path
+(`decisions-rt`) and the stateful path (`decisions`) decided and how fast, and for each kill or
+restart of the job what its real-time guarantee did (`pipelines.audit.paths`).
+
 `Auditor` keeps what it has read between snapshots, so the supervisor's live auditor reads each
 topic incrementally.
 """
@@ -31,11 +35,15 @@ from controlplane import ledger
 from controlplane.clock import now_ms
 from infra.config import Settings, load
 from pipelines import guarantees
+from pipelines.audit import paths as path_figures
 from pipelines.audit.cut import Application, figures
 from pipelines.audit.topics import Ids, TopicIndex
 from pipelines.engine import checkpoints
 
 FRAUD = "fraud"
+PATHS_MINUTES = 30          # how far back the paths are recomputed each audit (the Fraud page's span)
+# the commands that kill or restart the fraud job, and so its real-time query
+RT_FAULTS = ("crash", "zombie", "set-fraud-guarantee")
 
 
 @dataclass
@@ -79,6 +87,7 @@ class Auditor:
         self.decisions = TopicIndex(self.s, t.decisions, self.ids)
         self.transactions = TopicIndex(self.s, t.transactions, self.ids)
         self.label_log = TopicIndex(self.s, t.labels, self.ids, on_doc=self._label)
+        self.decisions_rt = TopicIndex(self.s, t.decisions_rt, self.ids)
         self._store_rowid = 0
         self._store: dict[int, tuple[int, bool]] = {}   # code -> (batch_id, is_fraud)
 
@@ -152,9 +161,51 @@ class Auditor:
         self.label_log.read()
         self.transactions.read()
         self.decisions.read()
+        self.decisions_rt.read()
         now = now_ms()
         return {"fraud": self.fraud(fraud_pos, now),
-                "usage": {g: self.usage(p, usage_pos[g], ledgers[g], now) for g, p in guarantees.POLICIES.items()}}
+                "usage": {g: self.usage(p, usage_pos[g], ledgers[g], now) for g, p in guarantees.POLICIES.items()},
+                "paths": self.paths(now)}
+
+    def _stamps(self, index: TopicIndex, drop: set | None = None) -> path_figures.Stamps:
+        parts = index.partitions().values()
+        s = path_figures.Stamps.concat([path_figures.Stamps(p.codes, p.times) for p in parts])
+        if drop:
+            keep = ~np.isin(s.codes, np.fromiter(drop, np.int64, len(drop)))
+            s = path_figures.Stamps(s.codes[keep], s.times[keep])
+        return s
+
+    def paths(self, now: int) -> dict:
+        """The two paths per slice of arrival time over the last PATHS_MINUTES, and what each kill
+        or restart of the fraud job in that span did to the real-time path (with the guarantee its
+        restarted query ran under, from `fraud_rt_runs`)."""
+        tx, rt, acc = (self._stamps(self.transactions, self.labels.bad), self._stamps(self.decisions_rt),
+                       self._stamps(self.decisions))
+        bucket_ms = int(self.s.audit_interval_seconds * 1000)
+        since = (now - PATHS_MINUTES * 60_000) // bucket_ms * bucket_ms
+        settled = now - int(self.s.fraud_undecided_after_seconds * 1000)
+        rt_first = path_figures.first(rt)
+        found, _ = rt_first.lookup(tx.codes)
+        # the real-time path is judged from the first transaction it decided: before, it was not running
+        rt_since = int(tx.times[found].min()) if found.any() else None
+        rows = path_figures.buckets(tx, rt, acc, since, settled, bucket_ms,
+                                    starts={"real-time": rt_since})
+        runs = self.db.execute("SELECT started_at, guarantee FROM fraud_rt_runs ORDER BY started_at").fetchall()
+        marks = ",".join("?" for _ in RT_FAULTS)
+        faults = self.db.execute(
+            f"SELECT id, kind, started_at FROM commands WHERE kind IN ({marks}) AND status = 'done' "
+            f"AND (job = ? OR kind = 'set-fraud-guarantee') AND started_at > ? ORDER BY started_at",
+            [*RT_FAULTS, FRAUD, since]).fetchall()
+        gaps = []
+        for k, (cid, kind, killed_at) in enumerate(faults):
+            before = [g for at, g in runs if at <= killed_at]
+            if rt_since is None or not before:
+                continue  # the real-time path was not running when it was killed
+            after = [g for at, g in runs if at > killed_at]
+            until = faults[k + 1][2] - path_figures.IN_FLIGHT_MS if k + 1 < len(faults) else settled
+            fig = path_figures.episode(tx, rt, acc, killed_at, killed_at - path_figures.IN_FLIGHT_MS, until)
+            gaps.append({"command_id": cid, "kind": kind, "guarantee": after[0] if after else before[-1], **fig})
+        return {"buckets": rows, "gaps": gaps}
 
     def _read_store(self) -> None:
         """The store's decisions since the last read (txn_id -> batch id, is_fraud)."""
@@ -192,6 +243,11 @@ def record(db, snap: dict, ts: int | None = None) -> int:
         rows.append({**common, "metric": "fraud", **{k: u[f"fraud_{k}"] for k in
                                                      ("truth", "observed", "lost", "duplicated", "replayed", "upstream")}})
     db["audit"].upsert_all(rows, pk=("ts", "job", "guarantee", "metric"), alter=False)
+    paths = snap.get("paths")
+    if paths:
+        db["fraud_paths"].upsert_all([{**r, "updated_at": ts} for r in paths["buckets"]], pk=("path", "bucket"),
+                                     alter=False)
+        db["fraud_rt_gaps"].upsert_all([{**g, "updated_at": ts} for g in paths["gaps"]], pk="command_id", alter=False)
     return len(rows)
 
 

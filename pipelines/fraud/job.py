@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -30,6 +31,7 @@ from controlplane import fencing, ledger
 from controlplane.store import connect
 from infra import logs
 from infra.config import Settings, load
+from infra.contracts import RT_GUARANTEES as REALTIME_GUARANTEES
 from pipelines.engine import checkpoints
 from pipelines.engine.runner import EXIT_SUPERSEDED, QueryRunner
 from pipelines.engine.session import warm_up
@@ -43,7 +45,6 @@ JOB = "fraud"
 EXIT_REFUSED = 2
 REALTIME_STATEFUL_TRIGGER_S = 5.0
 REALTIME_STATEFUL_MAX_OFFSETS = 500
-REALTIME_GUARANTEES = ("at-most-once", "at-least-once")
 log = logging.getLogger(JOB)
 
 
@@ -69,7 +70,8 @@ class Options:
 
 def parse_args(argv: list[str], s: Settings) -> Options:
     p = argparse.ArgumentParser(prog="python -m pipelines.fraud", description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("microbatch", "realtime"), default="microbatch")
+    p.add_argument("--mode", choices=("microbatch", "realtime"), default=s.fraud_mode,
+                   help="micro-batch: the stateful path alone; realtime: the real-time path beside it (FRAUD_MODE)")
     p.add_argument("--starting-offsets", default="earliest",
                    help="where a fresh checkpoint starts reading: earliest, latest or Kafka's JSON offsets")
     p.add_argument("--available-now", action="store_true",
@@ -101,6 +103,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
         p.error("--max-offsets-per-trigger must be a positive number")
     if not 0.0 < a.threshold <= 1.0:
         p.error(f"--threshold must be in (0, 1], not {a.threshold}")
+    if a.mode not in ("microbatch", "realtime"):
+        p.error(f"FRAUD_MODE must be microbatch or realtime, not {a.mode!r}")
     if a.guarantee not in REALTIME_GUARANTEES:
         p.error(f"FRAUD_RT_GUARANTEE must be one of {', '.join(REALTIME_GUARANTEES)}, not {a.guarantee!r}")
     if a.available_now and a.mode == "realtime":
@@ -237,7 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         def start_realtime(restart=False):
             if o.guarantee == "at-most-once":  # no checkpoint kept: whatever came meanwhile is skipped
                 shutil.rmtree(o.checkpoint / "realtime", ignore_errors=True)
-            return realtime.Refreshing(spark, o, s)
+            resumed = (o.checkpoint / "realtime" / "offsets").is_dir()
+            query = realtime.Refreshing(spark, o, s)
+            # the Fraud page says what this start did: it reads the guarantee from here
+            db["fraud_rt_runs"].insert({"started_at": int(time.time() * 1000), "guarantee": o.guarantee,
+                                        "resumed": int(resumed), "epoch": epoch, "pid": os.getpid()})
+            return query
 
         start[realtime.QUERY] = start_realtime
     runner = QueryRunner(JOB, db, epoch, start, stop,

@@ -27,7 +27,7 @@ from infra.topics import ensure_topics
 from pipelines.engine import checkpoints
 from pipelines.restarts import Backoff
 from pipelines.supervisor.auditor import LiveAuditor
-from pipelines.supervisor.faults import FaultExecutor
+from pipelines.supervisor.faults import FaultExecutor, argv_guarantee, with_guarantee
 from pipelines.supervisor.processes import Child, last_line, send, spawn, stop_all
 
 JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
@@ -53,6 +53,8 @@ class Supervisor:
         self.backoffs: dict[str, Backoff] = {}
         for job in self.jobs:
             argv = [sys.executable, "-m", JOB_MODULES[job], *self.job_args.get(job, [])]
+            if job == "fraud":  # its real-time guarantee in its arguments: set-fraud-guarantee replaces it
+                argv = with_guarantee(argv, argv_guarantee(argv, self.s))
             known = self.db["job_status"].get(job) if self.db["job_status"].count_where("job = ?", [job]) else {}
             self.children[job] = Child(job, argv, self.log_dir / f"{job}.log", restarts=known.get("restarts") or 0)
             self.backoffs[job] = Backoff(self.s.restart_delay_seconds, self.s.restart_backoff_max_seconds,

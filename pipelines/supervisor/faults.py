@@ -18,6 +18,41 @@ from infra import broker
 from pipelines.supervisor.processes import last_error
 
 ZOMBIE_TIMEOUT_S = 120.0
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    """The last value given to `name` in argv (`--name V` or `--name=V`), as argparse keeps it."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def argv_mode(argv: list[str], s) -> str:
+    return _flag(argv, "--mode") or s.fraud_mode
+
+
+def argv_guarantee(argv: list[str], s) -> str:
+    return _flag(argv, "--guarantee") or s.fraud_rt_guarantee
+
+
+def with_guarantee(argv: list[str], guarantee: str) -> list[str]:
+    """argv with its --guarantee (any form) replaced by this one."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--guarantee":
+            skip = True
+            continue
+        if a.startswith("--guarantee="):
+            continue
+        out.append(a)
+    return out + ["--guarantee", guarantee]
 log = logging.getLogger("supervisor")
 
 
@@ -63,7 +98,8 @@ class FaultExecutor:
     def take_commands(self) -> None:
         for cmd in commands.claim(self.db, self.KINDS):
             try:
-                {"crash": self.crash, "broker-down": self.broker_down, "zombie": self.zombie}[cmd.kind](cmd)
+                {"crash": self.crash, "broker-down": self.broker_down, "zombie": self.zombie,
+                 "set-fraud-guarantee": self.set_fraud_guarantee}[cmd.kind](cmd)
             except Exception as exc:  # a failed fault is recorded, never fatal to the supervisor
                 commands.finish(self.db, cmd.id, f"failed: {exc}", ok=False)
 
@@ -88,6 +124,34 @@ class FaultExecutor:
         then = (f"warm standby pid {standby.proc.pid} takes over" if standby
                 else f"restart in {self.s.restart_delay_seconds:.0f} s")
         commands.finish(self.db, cmd.id, f"SIGKILL sent to {child.job} driver pid {pid}; {then}")
+
+    def set_fraud_guarantee(self, cmd: commands.Command) -> None:
+        """Restart the fraud job with the real-time guarantee asked for: its arguments (and its
+        standby's) carry it from now on; the standby, started with the old one, is killed (it holds
+        no lease and writes nothing) so it cannot take over; the active stops between batches and
+        is restarted by `reap` with the new arguments."""
+        guarantee = cmd.param("guarantee")
+        child = self._target(cmd)
+        if argv_mode(child.argv, self.s) != "realtime":
+            raise ValueError("the fraud job runs in micro-batch mode, which has no real-time path; run it in "
+                             "real-time mode (FRAUD_MODE=realtime) to choose that path's guarantee")
+        was = argv_guarantee(child.argv, self.s)
+        child.argv = with_guarantee(child.argv, guarantee)
+        standby = self.sup.standbys.get(child.job)
+        if standby is not None:
+            standby.argv = with_guarantee(standby.argv, guarantee)
+            if standby.proc is not None and standby.proc.poll() is None:
+                try:
+                    os.killpg(standby.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                standby.proc.wait()
+            standby.proc, standby.status = None, "restarting"
+            standby.restart_at = time.monotonic() + self.s.restart_delay_seconds
+        child.expected_exit = True
+        os.kill(child.proc.pid, signal.SIGTERM)
+        commands.finish(self.db, cmd.id, f"fraud job pid {child.proc.pid} stopping; it restarts with {guarantee} "
+                                         f"on its real-time path (was {was})")
 
     def broker_down(self, cmd: commands.Command) -> None:
         if self.s.external_bootstrap:

@@ -71,7 +71,7 @@ def test_every_kind_is_claimed_by_exactly_one_executor():
 
 
 def test_the_supervisor_has_a_handler_for_each_kind_it_claims():
-    assert set(FaultExecutor.KINDS) == {"crash", "broker-down", "zombie"}
+    assert set(FaultExecutor.KINDS) == {"crash", "broker-down", "zombie", "set-fraud-guarantee"}
     for kind in FaultExecutor.KINDS:
         assert callable(getattr(FaultExecutor, kind.replace("-", "_"))), kind
 

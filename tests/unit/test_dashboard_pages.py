@@ -21,7 +21,7 @@ APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = ["overview", "guarantees", "faults", "windows", "checkpoints", "fraud", "controls"]
 TITLES = {"overview": "Overview", "guarantees": "Delivery guarantees", "faults": "Faults",
           "windows": "Event-time windows", "checkpoints": "Checkpoints & state", "fraud": "Fraud",
-          "controls": "Simulator controls"}
+          "controls": "Controls"}
 
 
 def closed_port() -> int:

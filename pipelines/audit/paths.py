@@ -1,0 +1,152 @@
+"""The fraud job's two paths on the same transactions (pure arithmetic over numpy arrays).
+
+The real-time path (`decisions-rt`) runs at most once or at least once; the stateful path
+(`decisions`, read_committed) is the accurate companion, exactly once. Every time here is a Kafka
+LogAppendTime (the broker's clock, infra/topics.py), so a latency is one clock's difference:
+decision appended - transaction appended.
+
+Shared by `bench fraud-guarantees` (one kill, read back at the end) and the live auditor (every
+few seconds, recorded for the Fraud page), so both report the same figures the same way:
+- `episode`: what one fault did to the fast path — how long it emitted nothing, what it never
+  decided (undecided), what it decided twice (replayed), its p99 in the minute after it came back,
+  and how many of its gaps the accurate path decided, and how late;
+- `buckets`: per path and per slice of arrival time, decided / undecided / latency.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+AFTER_RECOVERY_MS = 60_000   # "the minute after recovery": the window of p99_after_recovery_ms
+# a transaction appended this shortly before a kill may have been inside the real-time query when it
+# died (its p99 is tens of ms): an episode's range starts this much before the kill
+IN_FLIGHT_MS = 1_000
+
+
+@dataclass(frozen=True)
+class Stamps:
+    """One topic's records as (txn_id code, append time ms), in any order."""
+    codes: np.ndarray
+    times: np.ndarray
+
+    @staticmethod
+    def of(pairs) -> "Stamps":
+        pairs = list(pairs)
+        return Stamps(np.asarray([c for c, _ in pairs], dtype=np.int64),
+                      np.asarray([t for _, t in pairs], dtype=np.int64))
+
+    @staticmethod
+    def concat(parts: list["Stamps"]) -> "Stamps":
+        if not parts:
+            return Stamps(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return Stamps(np.concatenate([p.codes for p in parts]), np.concatenate([p.times for p in parts]))
+
+
+@dataclass(frozen=True)
+class First:
+    """Per distinct txn code: its first append time and how many records it has (sorted by code)."""
+    codes: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+
+    def lookup(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, first append time or 0) for each of `codes`."""
+        if len(self.codes) == 0:
+            return np.zeros(len(codes), bool), np.zeros(len(codes), np.int64)
+        i = np.clip(np.searchsorted(self.codes, codes), 0, len(self.codes) - 1)
+        found = self.codes[i] == codes
+        return found, np.where(found, self.first[i], 0)
+
+
+def first(s: Stamps) -> First:
+    if len(s.codes) == 0:
+        z = np.zeros(0, np.int64)
+        return First(z, z, z)
+    order = np.lexsort((s.times, s.codes))
+    codes, times = s.codes[order], s.times[order]
+    uniq, start, count = np.unique(codes, return_index=True, return_counts=True)
+    return First(uniq, times[start], count)
+
+
+def pct(values: np.ndarray, q: float) -> int | None:
+    """Nearest-rank percentile in whole ms (None for no values)."""
+    if len(values) == 0:
+        return None
+    v = np.sort(values)
+    return int(v[max(1, min(len(v), int(np.ceil(q / 100 * len(v))))) - 1])
+
+
+def episode(tx: Stamps, rt: Stamps, acc: Stamps, killed_at: int, since: int, until: int) -> dict:
+    """What one kill at `killed_at` did to the real-time path, on the transactions appended in
+    [since, until) (`since`: when the fast path was last whole, e.g. the previous recovery;
+    `until`: the newest transaction that had time to be decided).
+
+    - recovered_at: the first real-time decision appended after the kill (None: not back yet);
+      down_ms = recovered_at - killed_at;
+    - undecided: transactions in the range with no real-time decision (skipped, or lost in flight);
+    - replayed: real-time records beyond the first of their transaction (a replay resends);
+    - p99_after_recovery_ms: p99 latency of the real-time records appended in the minute after
+      recovery (a replay's backlog counts: each resent decision is a late alert);
+    - filled_by_accurate: of the undecided, how many the stateful path decided; accurate_p99_ms /
+      accurate_max_ms: how long after arriving those were decided by it.
+    """
+    tx_first, rt_first, acc_first = first(tx), first(rt), first(acc)
+    in_range = (tx_first.first >= since) & (tx_first.first < until)
+    codes, arrived = tx_first.codes[in_range], tx_first.first[in_range]
+    decided, _ = rt_first.lookup(codes)
+    gap, gap_arrived = codes[~decided], arrived[~decided]
+    filled, acc_at = acc_first.lookup(gap)
+    acc_latency = (acc_at - gap_arrived)[filled]
+    after = rt.times[rt.times > killed_at]
+    recovered_at = int(after.min()) if len(after) else None
+    p99_after = None
+    if recovered_at is not None:
+        window = (rt.times >= recovered_at) & (rt.times < recovered_at + AFTER_RECOVERY_MS)
+        found, tx_at = tx_first.lookup(rt.codes[window])
+        p99_after = pct((rt.times[window] - tx_at)[found], 99)
+    mine = np.isin(rt.codes, codes)
+    replayed = int(mine.sum() - len(np.unique(rt.codes[mine])))
+    return {"killed_at": int(killed_at), "recovered_at": recovered_at,
+            "down_ms": None if recovered_at is None else recovered_at - int(killed_at),
+            "transactions": int(len(codes)), "undecided": int(len(gap)), "replayed": replayed,
+            "p99_after_recovery_ms": p99_after, "filled_by_accurate": int(filled.sum()),
+            "accurate_p99_ms": pct(acc_latency, 99), "accurate_max_ms": int(acc_latency.max()) if len(acc_latency) else None}
+
+
+def buckets(tx: Stamps, rt: Stamps, acc: Stamps, since: int, settled_before: int, bucket_ms: int,
+            starts: dict | None = None) -> list[dict]:
+    """Per path ("real-time", "stateful") and per `bucket_ms` slice of arrival time from `since`:
+    transactions, decided (distinct), duplicated (records beyond the first), latency p50/p99/max of
+    each transaction's first decision. `undecided` is counted only for transactions that arrived
+    before `settled_before` (younger ones may still be on their way: None in a bucket holding them);
+    for the real-time path `filled` is how many of its undecided the stateful path decided.
+    `starts` {path: ms or None}: a path is judged only on transactions from then on (None: not at all)."""
+    tx_first = first(tx)
+    keep = tx_first.first >= since
+    codes, arrived = tx_first.codes[keep], tx_first.first[keep]
+    slot = (arrived - since) // bucket_ms
+    out = []
+    acc_first = first(acc)
+    acc_found, _ = acc_first.lookup(codes)
+    for path, stamps in (("real-time", rt), ("stateful", acc)):
+        begin = (starts or {}).get(path, since)
+        if begin is None:
+            continue
+        f = first(stamps)
+        found, at = f.lookup(codes)
+        i = np.clip(np.searchsorted(f.codes, codes), 0, max(0, len(f.codes) - 1))
+        extra = np.where(found, f.count[i] - 1, 0) if len(f.codes) else np.zeros(len(codes), np.int64)
+        latency = at - arrived
+        judged = arrived >= begin
+        for b in np.unique(slot[judged]):
+            m = (slot == b) & judged
+            start = since + int(b) * bucket_ms
+            lat = latency[m & found]
+            settled = start + bucket_ms <= settled_before
+            missing = m & ~found
+            out.append({"path": path, "bucket": start, "transactions": int(m.sum()), "decided": int((m & found).sum()),
+                        "undecided": int(missing.sum()) if settled else None, "duplicated": int(extra[m].sum()),
+                        "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": int(lat.max()) if len(lat) else None,
+                        "filled": int((missing & acc_found).sum()) if path == "real-time" and settled else None})
+    return out
