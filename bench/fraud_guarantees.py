@@ -14,7 +14,8 @@ the topics back (read_committed; every time the broker's LogAppendTime):
   `decisions-rt` records appended in the minute after the first one after the kill;
 - `filled_by_accurate`: of the undecided, how many the stateful path decided in `decisions`
   (exactly once), and `accurate_p99_ms` / `accurate_max_ms`, how long after arriving;
-- `down_ms`: kill to the first real-time decision after it.
+- `down_ms`: kill to the restarted real-time query's first decision (its start is recorded by the
+  job in the store's `fraud_rt_runs`; the killed driver's JVM may still append a few meanwhile).
 
 The figures are `pipelines.audit.paths.episode`, the arithmetic the live auditor records for the
 Fraud page. Last line: {"at-most-once": {...}, "at-least-once": {...}, "rate": R}.
@@ -70,7 +71,7 @@ def run_one(s, guarantee: str, args) -> dict:
             log(str(exc))
         time.sleep(2)  # a real-time decision still on its way
         tx, rt, acc = run.stamps(run.tx, "t-"), run.stamps(run.rt, "t-"), run.stamps(run.dec, "t-")
-        fig = episode(tx, rt, acc, killed_at, since=0, until=1 << 62)
+        fig = episode(tx, rt, acc, killed_at, since=0, until=1 << 62, restarted_at=run.restarted_at(killed_at))
         out = {k: fig[k] for k in FIGURES}
         log(f"{guarantee}: {out}")
         run.stop()

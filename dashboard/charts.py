@@ -313,3 +313,36 @@ def quality(series: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(range=[0, 1.05], tickformat=".0%")
     _time_axis(fig, series["time"])
     return _layout(fig, "Precision and recall against the labels", height=320, y_title="share of transactions")
+
+
+# --- fraud: the two paths -------------------------------------------------------------------------
+
+PATH_COLORS = {"real-time": "#E4572E", "stateful": "#3A6EA5"}
+
+
+def fraud_paths(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
+    """Per path and slice of arrival time: undecided transactions (top) and latency p99 (bottom,
+    log scale: ms for the real-time path, seconds for the stateful one), every fault marked."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("undecided: arrived, no decision (per 5 s of arrival)",
+                                        "latency p99: decision appended − transaction appended"))
+    fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
+    for path, color in PATH_COLORS.items():
+        part = series[series["path"] == path]
+        if part.empty:
+            continue
+        fig.add_trace(go.Bar(x=part["time"], y=part["undecided"], name=path, legendgroup=path, marker_color=color,
+                             hovertemplate=f"{path}: %{{y:,}} undecided<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=part["time"], y=part["p99_ms"], name=path, legendgroup=path, showlegend=False,
+                                 mode="lines", line=dict(color=color, width=2, shape="hv"),
+                                 hovertemplate=f"{path}: p99 %{{y:,}} ms<extra></extra>"), row=2, col=1)
+    _mark_faults(fig, faults, rows=2)
+    fig.update_yaxes(title_text="transactions", row=1, col=1)
+    _counts_axis(fig, series["undecided"].max() if not series.empty else 0, row=1, col=1)
+    fig.update_yaxes(title_text="ms", type="log", row=2, col=1)
+    _time_axis(fig, pd.concat([series["time"], faults["time"]]) if not faults.empty else series["time"], row=2, col=1)
+    fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
+    fig = _layout(fig, "The two paths: what each left undecided, and how fast it decided", height=480)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0), margin=dict(t=60),
+                      barmode="group")
+    return fig

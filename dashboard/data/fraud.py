@@ -57,3 +57,63 @@ def quality_series(db, now: int | None = None, minutes: float = 30) -> pd.DataFr
     df["value"] = df["value"].astype(float)
     df["time"] = to_time(df["ts"])
     return df
+
+
+# --- the two paths: real-time (decisions-rt) and stateful (decisions), from the live auditor -------
+
+PATHS = ("real-time", "stateful")
+RT_FAULTS = ("crash", "zombie", "set-fraud-guarantee")   # what kills or restarts the real-time query
+
+
+def paths_series(db, now: int | None = None, minutes: float = 30) -> pd.DataFrame:
+    """Per path and 5 s slice of arrival time (the auditor's `fraud_paths`): transactions, decided,
+    undecided (None while the slice may still be decided), duplicated, latency p50/p99/max."""
+    df = frame(db, "SELECT path, bucket, transactions, decided, undecided, duplicated, filled, p50_ms, p99_ms, "
+                   "max_ms FROM fraud_paths WHERE bucket > ? ORDER BY bucket, path LIMIT 5000",
+               [since(now, minutes)])
+    df["time"] = to_time(df["bucket"])
+    return df
+
+
+def paths_totals(series: pd.DataFrame) -> dict:
+    """{path: decided, undecided (settled slices), duplicated, filled, p99_ms (newest settled slice
+    with decisions), arrived} over the series; {} for a path with no row."""
+    out = {}
+    for path in PATHS:
+        part = series[series["path"] == path]
+        if part.empty:
+            continue
+        settled = part[part["undecided"].notna()]
+        timed = settled[settled["p99_ms"].notna()]
+        out[path] = {"arrived": int(part["transactions"].sum()), "decided": int(part["decided"].sum()),
+                     "undecided": int(settled["undecided"].sum()), "duplicated": int(part["duplicated"].sum()),
+                     "filled": int(settled["filled"].fillna(0).sum()),
+                     "p99_ms": _value(timed["p99_ms"].iloc[-1]) if not timed.empty else None}
+    return out
+
+
+def rt_runs(db, limit: int = 20) -> pd.DataFrame:
+    """The real-time query's starts, newest first: when, under which guarantee, resumed or not."""
+    df = frame(db, "SELECT started_at, guarantee, resumed, epoch, pid FROM fraud_rt_runs ORDER BY started_at DESC "
+                   "LIMIT ?", [limit])
+    df["started"] = to_time(df["started_at"])
+    return df
+
+
+def rt_gaps(db, now: int | None = None, minutes: float = 30) -> list[dict]:
+    """What each kill or restart of the fraud job did to its real-time path (the auditor's
+    `fraud_rt_gaps`), newest first."""
+    df = frame(db, "SELECT g.*, c.job FROM fraud_rt_gaps g LEFT JOIN commands c ON c.id = g.command_id "
+                   "WHERE g.killed_at > ? ORDER BY g.killed_at DESC LIMIT 50", [since(now, minutes)])
+    return [{k: _value(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+def rt_fault_marks(db, now: int | None = None, minutes: float = 30) -> pd.DataFrame:
+    """The commands that killed or restarted the fraud job (crash, zombie, a guarantee change) and
+    broker outages, to mark on the paths' charts."""
+    marks = ",".join("?" for _ in RT_FAULTS)
+    df = frame(db, f"SELECT id, kind, job, params, status, issued_at, started_at FROM commands "
+                   f"WHERE ((kind IN ({marks}) AND job = ?) OR kind = 'broker-down') AND issued_at > ? "
+                   f"ORDER BY id LIMIT 500", [*RT_FAULTS, JOB, since(now, minutes)])
+    df["time"] = to_time(df["started_at"].fillna(df["issued_at"]))
+    return df

@@ -1,9 +1,11 @@
-"""Fraud: what the detector flagged, why (each analyzer's score), and how right and complete it is."""
+"""Fraud: the two paths (real-time and stateful) and what the real-time guarantee just did; what the
+detector flagged, why (each analyzer's score), and how right and complete it is."""
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts, fmt, ui
 from dashboard.data import fraud as data
-from dashboard.data.store import now_ms
+from dashboard.data.store import now_ms, to_time
 from dashboard.views import text
 
 st.title("Fraud")
@@ -31,6 +33,7 @@ def draw(db, s):
         st.caption(text.fraud_job(q))
     else:
         ui.no_data("the auditor has not compared decisions with the labels yet.")
+    paths(db, now)
     flagged = data.flagged(db, 50)
     if flagged.empty:
         ui.no_data("no transaction flagged as fraud.")
@@ -52,6 +55,48 @@ def draw(db, s):
                                 **{c: st.column_config.ProgressColumn(c.removeprefix("score_").replace("_", " "),
                                                                       min_value=0, max_value=1, format="%.2f")
                                    for c in [*data.SCORE_COLUMNS, "score"]}})
+
+
+def paths(db, now):
+    """Per path: decided, undecided and latency, the faults marked, and one sentence on what the
+    real-time guarantee just did (all from the live auditor's figures)."""
+    st.subheader("Two paths: fast at most or at least once, accurate exactly once")
+    series = data.paths_series(db, now)
+    totals = data.paths_totals(series)
+    runs = data.rt_runs(db, 1)
+    guarantee = runs["guarantee"].iloc[0] if not runs.empty else None
+    gaps = data.rt_gaps(db, now)
+    st.markdown(text.rt_guarantee_story(gaps[0] if gaps else None, totals, guarantee))
+    cols = st.columns(6)
+    for i, path in enumerate(data.PATHS):
+        t = totals.get(path)
+        what = ("decisions-rt, " + (guarantee or "its guarantee unknown")) if path == "real-time" else \
+            "decisions, exactly once"
+        cols[3 * i].metric(f"{path.capitalize()}: decided", fmt.count(t["decided"]) if t else fmt.NONE, border=True,
+                           help=f"Distinct transactions of the last 30 minutes the {path} path decided ({what}).")
+        cols[3 * i + 1].metric(f"{path.capitalize()}: undecided", fmt.count(t["undecided"]) if t else fmt.NONE,
+                               border=True, help="Transactions with no decision "
+                                                 f"{fmt.decimal(ui.settings().fraud_undecided_after_seconds)} s "
+                                                 "after they arrived (FRAUD_UNDECIDED_AFTER_SECONDS).")
+        cols[3 * i + 2].metric(f"{path.capitalize()}: p99", fmt.duration_ms(t["p99_ms"]) if t else fmt.NONE,
+                               border=True, help="Latency p99 of the newest settled 5 s of arrivals: the decision's "
+                                                 "Kafka append time minus the transaction's.")
+    if series.empty:
+        ui.no_data("the auditor has not compared the paths yet.")
+        return
+    st.plotly_chart(charts.fraud_paths(series, data.rt_fault_marks(db, now)), width="stretch")
+    if gaps:
+        table = pd.DataFrame(gaps)
+        table["killed"] = to_time(table["killed_at"])
+        st.dataframe(table[["killed", "kind", "guarantee", "down_ms", "undecided", "replayed", "p99_after_recovery_ms",
+                            "filled_by_accurate", "accurate_max_ms"]], hide_index=True, width="stretch",
+                     column_config={"killed": st.column_config.DatetimeColumn("killed (UTC)", format="HH:mm:ss"),
+                                    "down_ms": st.column_config.NumberColumn("down", format="%d ms"),
+                                    "p99_after_recovery_ms": st.column_config.NumberColumn(
+                                        "p99 after recovery", format="%d ms"),
+                                    "filled_by_accurate": st.column_config.NumberColumn("filled by accurate"),
+                                    "accurate_max_ms": st.column_config.NumberColumn("accurate, at most",
+                                                                                     format="%d ms")})
 
 
 ui.live(draw)

@@ -170,3 +170,43 @@ def fraud_job(q: dict) -> str:
                      + (f", {fmt.count(extra)} extra records" if extra else ", no extra record"))
     parts.append(behind(q.get("lag_records"), q.get("lag_seconds")))
     return "Fraud job (its own exactly-once sinks): " + ", ".join(parts) + "."
+
+
+# --- fraud: the real-time path's guarantee --------------------------------------------------------
+
+_RESTARTS = {"crash": "restart after the crash", "zombie": "takeover from the frozen instance",
+             "set-fraud-guarantee": "restart that changed the guarantee"}
+
+
+def rt_guarantee_story(gap: dict | None, totals: dict, guarantee: str | None, minutes: float = 30) -> str:
+    """What the chosen real-time guarantee just did, from the auditor's measured figures: the newest
+    kill or restart of the fraud job (`gap`, a fraud_rt_gaps row) or, without one, the quiet span."""
+    rt = totals.get("real-time")
+    if gap is None:
+        if rt is None:
+            return ("The real-time path has decided nothing in the last "
+                    f"{minutes:g} minutes: the fraud job runs in micro-batch mode (FRAUD_MODE=realtime runs "
+                    "the real-time path beside the stateful one).")
+        said = (f"No kill or restart hit the fraud job in the last {minutes:g} minutes: the real-time path"
+                + (f" ({guarantee})" if guarantee else "") + f" decided {fmt.count(rt['decided'])} transactions")
+        return said + (f", {fmt.count(rt['undecided'])} undecided." if rt["undecided"] else " and left none undecided.")
+    g = gap.get("guarantee") or guarantee or "the real-time path"
+    restart = _RESTARTS.get(gap.get("kind"), "restart")
+    undecided, filled = _n(gap.get("undecided")), _n(gap.get("filled_by_accurate"))
+    if fmt._missing(gap.get("recovered_at")):
+        return (f"{g}: since the {gap.get('kind')} at {fmt.clock(gap.get('killed_at'))} the real-time path has "
+                f"decided nothing yet; {fmt.count(undecided)} transactions undecided so far.")
+    down = fmt.duration_ms(gap.get("down_ms"))
+    if g == "at-most-once":
+        head = (f"at-most-once skipped {fmt.count(undecided)} transactions during the {down} {restart}"
+                if undecided else f"at-most-once skipped nothing during the {down} {restart}")
+    else:
+        head = (f"{g} replayed {fmt.count(gap.get('replayed'))} decisions after the {down} {restart}"
+                + (f" and left {fmt.count(undecided)} undecided" if undecided else ", leaving none undecided"))
+    if undecided:
+        when = fmt.duration_ms(gap.get("accurate_max_ms"))
+        tail = (f"the accurate path decided all of them, at most {when} after they arrived" if filled == undecided
+                else f"the accurate path has decided {fmt.count(filled)} of them so far"
+                + (f" (at most {when} after they arrived)" if filled else ""))
+        head += "; " + tail
+    return head + f"; p99 in the minute after recovery {fmt.duration_ms(gap.get('p99_after_recovery_ms'))}."

@@ -176,36 +176,19 @@ class Auditor:
         return s
 
     def paths(self, now: int) -> dict:
-        """The two paths per slice of arrival time over the last PATHS_MINUTES, and what each kill
-        or restart of the fraud job in that span did to the real-time path (with the guarantee its
-        restarted query ran under, from `fraud_rt_runs`)."""
+        """The two paths over the last PATHS_MINUTES and what each kill or restart of the fraud job
+        did to the real-time path (`pipelines.audit.paths.survey`), with the starts of the
+        real-time query the job recorded (`fraud_rt_runs`) and the commands that killed it."""
         tx, rt, acc = (self._stamps(self.transactions, self.labels.bad), self._stamps(self.decisions_rt),
                        self._stamps(self.decisions))
-        bucket_ms = int(self.s.audit_interval_seconds * 1000)
-        since = (now - PATHS_MINUTES * 60_000) // bucket_ms * bucket_ms
-        settled = now - int(self.s.fraud_undecided_after_seconds * 1000)
-        rt_first = path_figures.first(rt)
-        found, _ = rt_first.lookup(tx.codes)
-        # the real-time path is judged from the first transaction it decided: before, it was not running
-        rt_since = int(tx.times[found].min()) if found.any() else None
-        rows = path_figures.buckets(tx, rt, acc, since, settled, bucket_ms,
-                                    starts={"real-time": rt_since})
         runs = self.db.execute("SELECT started_at, guarantee FROM fraud_rt_runs ORDER BY started_at").fetchall()
         marks = ",".join("?" for _ in RT_FAULTS)
         faults = self.db.execute(
             f"SELECT id, kind, started_at FROM commands WHERE kind IN ({marks}) AND status = 'done' "
             f"AND (job = ? OR kind = 'set-fraud-guarantee') AND started_at > ? ORDER BY started_at",
-            [*RT_FAULTS, FRAUD, since]).fetchall()
-        gaps = []
-        for k, (cid, kind, killed_at) in enumerate(faults):
-            before = [g for at, g in runs if at <= killed_at]
-            if rt_since is None or not before:
-                continue  # the real-time path was not running when it was killed
-            after = [g for at, g in runs if at > killed_at]
-            until = faults[k + 1][2] - path_figures.IN_FLIGHT_MS if k + 1 < len(faults) else settled
-            fig = path_figures.episode(tx, rt, acc, killed_at, killed_at - path_figures.IN_FLIGHT_MS, until)
-            gaps.append({"command_id": cid, "kind": kind, "guarantee": after[0] if after else before[-1], **fig})
-        return {"buckets": rows, "gaps": gaps}
+            [*RT_FAULTS, FRAUD, now - PATHS_MINUTES * 60_000]).fetchall()
+        return path_figures.survey(tx, rt, acc, runs, faults, now, int(self.s.audit_interval_seconds * 1000),
+                                   int(self.s.fraud_undecided_after_seconds * 1000), PATHS_MINUTES)
 
     def _read_store(self) -> None:
         """The store's decisions since the last read (txn_id -> batch id, is_fraud)."""
@@ -243,12 +226,16 @@ def record(db, snap: dict, ts: int | None = None) -> int:
         rows.append({**common, "metric": "fraud", **{k: u[f"fraud_{k}"] for k in
                                                      ("truth", "observed", "lost", "duplicated", "replayed", "upstream")}})
     db["audit"].upsert_all(rows, pk=("ts", "job", "guarantee", "metric"), alter=False)
-    paths = snap.get("paths")
-    if paths:
-        db["fraud_paths"].upsert_all([{**r, "updated_at": ts} for r in paths["buckets"]], pk=("path", "bucket"),
-                                     alter=False)
-        db["fraud_rt_gaps"].upsert_all([{**g, "updated_at": ts} for g in paths["gaps"]], pk="command_id", alter=False)
+    if snap.get("paths"):
+        record_paths(db, snap["paths"], ts)
     return len(rows)
+
+
+def record_paths(db, paths: dict, ts: int) -> None:
+    """Upsert the paths' slices and episodes (a slice or an episode changes while replays land)."""
+    db["fraud_paths"].upsert_all([{**r, "updated_at": ts} for r in paths["buckets"]], pk=("path", "bucket"),
+                                 alter=False)
+    db["fraud_rt_gaps"].upsert_all([{**g, "updated_at": ts} for g in paths["gaps"]], pk="command_id", alter=False)
 
 
 def render(snap: dict) -> str:

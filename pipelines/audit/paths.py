@@ -77,15 +77,19 @@ def pct(values: np.ndarray, q: float) -> int | None:
     return int(v[max(1, min(len(v), int(np.ceil(q / 100 * len(v))))) - 1])
 
 
-def episode(tx: Stamps, rt: Stamps, acc: Stamps, killed_at: int, since: int, until: int) -> dict:
+def episode(tx: Stamps, rt: Stamps, acc: Stamps, killed_at: int, since: int, until: int,
+            restarted_at: int | None, next_kill: int | None = None) -> dict:
     """What one kill at `killed_at` did to the real-time path, on the transactions appended in
-    [since, until) (`since`: when the fast path was last whole, e.g. the previous recovery;
-    `until`: the newest transaction that had time to be decided).
+    [since, until) (`since`: just before the kill; `until`: the newest transaction that had time
+    to be decided, or the next kill), given when the real-time query was started again
+    (`restarted_at`, the job's `fraud_rt_runs`; None: not yet).
 
-    - recovered_at: the first real-time decision appended after the kill (None: not back yet);
+    - recovered_at: the restarted query's first decision (None: not back yet) — not merely the first
+      record after the kill: the killed driver's JVM may still append a few for a moment;
       down_ms = recovered_at - killed_at;
     - undecided: transactions in the range with no real-time decision (skipped, or lost in flight);
-    - replayed: real-time records beyond the first of their transaction (a replay resends);
+    - replayed: real-time records appended after the restart (before `next_kill`) for transactions
+      already decided before it (a replay resends them);
     - p99_after_recovery_ms: p99 latency of the real-time records appended in the minute after
       recovery (a replay's backlog counts: each resent decision is a late alert);
     - filled_by_accurate: of the undecided, how many the stateful path decided; accurate_p99_ms /
@@ -98,15 +102,17 @@ def episode(tx: Stamps, rt: Stamps, acc: Stamps, killed_at: int, since: int, unt
     gap, gap_arrived = codes[~decided], arrived[~decided]
     filled, acc_at = acc_first.lookup(gap)
     acc_latency = (acc_at - gap_arrived)[filled]
-    after = rt.times[rt.times > killed_at]
+    after = rt.times[rt.times >= restarted_at] if restarted_at is not None else rt.times[:0]
     recovered_at = int(after.min()) if len(after) else None
     p99_after = None
     if recovered_at is not None:
         window = (rt.times >= recovered_at) & (rt.times < recovered_at + AFTER_RECOVERY_MS)
         found, tx_at = tx_first.lookup(rt.codes[window])
         p99_after = pct((rt.times[window] - tx_at)[found], 99)
-    mine = np.isin(rt.codes, codes)
-    replayed = int(mine.sum() - len(np.unique(rt.codes[mine])))
+    replayed = 0
+    if restarted_at is not None:
+        later = (rt.times >= restarted_at) & (rt.times < (next_kill if next_kill is not None else 1 << 62))
+        replayed = int(np.isin(rt.codes[later], rt.codes[rt.times < restarted_at]).sum())
     return {"killed_at": int(killed_at), "recovered_at": recovered_at,
             "down_ms": None if recovered_at is None else recovered_at - int(killed_at),
             "transactions": int(len(codes)), "undecided": int(len(gap)), "replayed": replayed,
@@ -150,3 +156,30 @@ def buckets(tx: Stamps, rt: Stamps, acc: Stamps, since: int, settled_before: int
                         "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": int(lat.max()) if len(lat) else None,
                         "filled": int((missing & acc_found).sum()) if path == "real-time" and settled else None})
     return out
+
+
+def survey(tx: Stamps, rt: Stamps, acc: Stamps, runs: list, faults: list, now: int, bucket_ms: int,
+           undecided_after_ms: int, minutes: float) -> dict:
+    """What the live auditor records: {"buckets": the paths' slices over the last `minutes`,
+    "gaps": one episode per kill or restart}. `runs` are (started_at, guarantee) of the real-time
+    query's starts, `faults` (command id, kind, started_at) of the commands that killed or
+    restarted the job, oldest first. The real-time path is judged from the first transaction it
+    decided (before, it was not running); a kill before any real-time start is no episode of it.
+    An episode's guarantee is that of the start after the kill (the restart is what skips or
+    replays), else the one it was killed under."""
+    since = (now - int(minutes * 60_000)) // bucket_ms * bucket_ms
+    settled = now - undecided_after_ms
+    found, _ = first(rt).lookup(tx.codes)
+    rt_since = int(tx.times[found].min()) if found.any() else None
+    rows = buckets(tx, rt, acc, since, settled, bucket_ms, starts={"real-time": rt_since})
+    gaps = []
+    for k, (cid, kind, killed_at) in enumerate(faults):
+        before = [g for at, g in runs if at <= killed_at]
+        if rt_since is None or not before:
+            continue
+        after = [(at, g) for at, g in runs if at > killed_at]
+        until = faults[k + 1][2] - IN_FLIGHT_MS if k + 1 < len(faults) else settled
+        fig = episode(tx, rt, acc, killed_at, killed_at - IN_FLIGHT_MS, until, after[0][0] if after else None,
+                      faults[k + 1][2] if k + 1 < len(faults) else None)
+        gaps.append({"command_id": cid, "kind": kind, "guarantee": after[0][1] if after else before[-1], **fig})
+    return {"buckets": rows, "gaps": gaps}

@@ -242,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
             if o.guarantee == "at-most-once":  # no checkpoint kept: whatever came meanwhile is skipped
                 shutil.rmtree(o.checkpoint / "realtime", ignore_errors=True)
             resumed = (o.checkpoint / "realtime" / "offsets").is_dir()
+            started_at = int(time.time() * 1000)  # before the query: its first decision comes after
             query = realtime.Refreshing(spark, o, s)
             # the Fraud page says what this start did: it reads the guarantee from here
-            db["fraud_rt_runs"].insert({"started_at": int(time.time() * 1000), "guarantee": o.guarantee,
+            db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": o.guarantee,
                                         "resumed": int(resumed), "epoch": epoch, "pid": os.getpid()})
             return query
 

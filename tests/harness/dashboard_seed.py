@@ -489,3 +489,75 @@ def quiet(tmp_path_factory):
     db, seeded, root = _seeded_world(tmp_path_factory, "quiet")
     yield db, seeded, root
     db.conn.close()
+
+
+# --- the fraud job's two paths (real-time mode), for the Fraud page ------------------------------
+
+@dataclass
+class FraudPaths:
+    now: int
+    guarantee: str
+    killed_at: int
+    restarted_at: int
+    gap: dict                     # the episode the auditor recorded for the crash
+    totals: dict                  # {path: decided, undecided} over the survey
+
+
+def seed_fraud_paths(db, now: int, guarantee: str = "at-most-once", crash: bool = True) -> FraudPaths:
+    """Five minutes of the fraud job in real-time mode at 40 tx/s, as its parts write them: the job
+    records each start of its real-time query (`fraud_rt_runs`); `crash` on fraud 2 minutes before
+    the end (the supervisor's command), the job restarted 6 s later (2 s delay, 4 s to start); the
+    restarted query's tasks run 1.5 s after it starts. Real-time decisions come 8 ms after arrival;
+    at-most-once's restart reads from the latest offsets (what arrived while it was down is never
+    decided), at-least-once's resumes its one real-time batch from its start (everything since is
+    sent again). The stateful path decides 2.1 s after arrival, and after the restart drains its
+    backlog at 400 tx/s from 4 s after the restart. The auditor's own arithmetic
+    (`pipelines.audit.paths.survey`) turns the topics into the recorded rows."""
+    from pipelines.audit import record_paths
+    from pipelines.audit.paths import Stamps, survey
+
+    t0 = now - DURATION_MS
+    killed_at = now - 120_000 if crash else None
+    restarted_at = killed_at + 6_000 if crash else None
+    runs = [(t0 - 20_000, guarantee, 0)] + ([(restarted_at, guarantee, int(guarantee == "at-least-once"))]
+                                            if crash else [])
+    db["fraud_rt_runs"].insert_all([{"started_at": at, "guarantee": g, "resumed": r, "epoch": 1 + k,
+                                     "pid": 4100 + k} for k, (at, g, r) in enumerate(runs)], alter=False)
+    arrived = np.arange(t0, now, STEP_MS, dtype=np.int64)
+    codes = np.arange(len(arrived), dtype=np.int64)
+    if not crash:
+        rt = Stamps(codes, arrived + 8)
+        acc = Stamps(codes, arrived + 2_100)
+    else:
+        running = restarted_at + 1_500
+        before = arrived < killed_at
+        after = arrived >= restarted_at
+        rt_codes = [codes[before], codes[after]]
+        rt_times = [arrived[before] + 8, np.maximum(arrived[after] + 8, running + 8)]
+        if guarantee == "at-least-once":           # the batch's replay, then what came meanwhile
+            since_start = arrived < restarted_at
+            rt_codes.append(codes[since_start])
+            rt_times.append(running + np.arange(int(since_start.sum()), dtype=np.int64))
+        rt = Stamps(np.concatenate(rt_codes), np.concatenate(rt_times))
+        drain = restarted_at + 4_000 + np.cumsum(np.where(arrived >= killed_at - 2_000, 2.5, 0)).astype(np.int64)
+        acc = Stamps(codes, np.maximum(arrived + 2_100, np.where(arrived >= killed_at - 2_000, drain, 0)))
+        db["commands"].insert({"kind": "crash", "job": "fraud", "params": "{}", "status": "done",
+                               "issued_at": killed_at - 150, "started_at": killed_at, "done_at": killed_at + 2,
+                               "result": "SIGKILL sent to fraud driver pid 4100; restart in 2 s"}, alter=False)
+    faults = [tuple(r) for r in db.execute("SELECT id, kind, started_at FROM commands WHERE kind = 'crash' "
+                                           "AND job = 'fraud' ORDER BY started_at").fetchall()]
+    rt = Stamps(rt.codes[rt.times <= now], rt.times[rt.times <= now])
+    acc = Stamps(acc.codes[acc.times <= now], acc.times[acc.times <= now])
+    tx = Stamps(codes, arrived)
+    # the live auditor: every 5 s over the newest 30 minutes (slices upserted as replays land)
+    last = None
+    for at in range(t0 + TRIGGER_MS, now + 1, TRIGGER_MS):
+        seen = lambda s: Stamps(s.codes[s.times <= at], s.times[s.times <= at])  # noqa: E731
+        last = survey(seen(tx), seen(rt), seen(acc), [(a, g) for a, g, _ in runs if a <= at],
+                      [f for f in faults if f[2] <= at], at, TRIGGER_MS, 15_000, 30)
+        record_paths(db, last, at)
+    rows = [r for r in db.query("SELECT * FROM fraud_paths")]
+    totals = {p: {"decided": sum(r["decided"] for r in rows if r["path"] == p),
+                  "undecided": sum(r["undecided"] or 0 for r in rows if r["path"] == p)}
+              for p in ("real-time", "stateful")}
+    return FraudPaths(now, guarantee, killed_at, restarted_at, last["gaps"][-1] if last["gaps"] else {}, totals)

@@ -137,6 +137,21 @@ class RealtimeRun:
         self.job.kill()
         return killed_at
 
+    def runs(self) -> list[tuple[int, str, int]]:
+        """(started_at, guarantee, resumed) of each start of the real-time query, as the job recorded it."""
+        from controlplane.store import connect
+
+        db = connect(self.work / "store.db")
+        try:
+            return [tuple(r) for r in db.execute("SELECT started_at, guarantee, resumed FROM fraud_rt_runs "
+                                                 "ORDER BY started_at").fetchall()]
+        finally:
+            db.conn.close()
+
+    def restarted_at(self, killed_at: int) -> int | None:
+        """When the real-time query was started again after the kill (None: not yet)."""
+        return next((at for at, _, _ in self.runs() if at > killed_at), None)
+
     def stamps(self, topic: str, prefix: str) -> Stamps:
         """The records of `topic` whose txn_id starts with `prefix`, as codes and append times."""
         pairs = [(self._codes.setdefault(t, len(self._codes)), ts) for t, ts in read_stamps(self.s, topic)

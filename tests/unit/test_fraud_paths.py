@@ -42,7 +42,7 @@ def test_first_keeps_the_earliest_record_per_transaction_and_counts_the_rest():
 
 def test_at_most_once_skips_what_arrived_during_the_restart_and_the_accurate_path_fills_it():
     tx = stream()
-    fig = episode(tx, at_most_once(tx), accurate(tx), KILL, T0, T0 + 300 * 100)
+    fig = episode(tx, at_most_once(tx), accurate(tx), KILL, T0, T0 + 300 * 100, KILL + 5_000)
     assert fig["undecided"] == 60 and fig["replayed"] == 0             # 6 s at 10 tx/s
     assert fig["recovered_at"] == KILL + 6_000 + 8 and fig["down_ms"] == 6_008
     assert fig["p99_after_recovery_ms"] == 8                            # no backlog: the fast path stays fast
@@ -51,7 +51,7 @@ def test_at_most_once_skips_what_arrived_during_the_restart_and_the_accurate_pat
 
 def test_at_least_once_replays_and_pays_in_latency_after_recovery():
     tx = stream()
-    fig = episode(tx, at_least_once(tx), accurate(tx), KILL, T0, T0 + 300 * 100)
+    fig = episode(tx, at_least_once(tx), accurate(tx), KILL, T0, T0 + 300 * 100, KILL + 5_000)
     assert fig["undecided"] == 0 and fig["filled_by_accurate"] == 0
     assert fig["replayed"] == 100                                       # decided before the kill, sent again
     assert fig["recovered_at"] == KILL + 6_000
@@ -61,14 +61,21 @@ def test_at_least_once_replays_and_pays_in_latency_after_recovery():
 def test_a_gap_the_accurate_path_has_not_reached_is_not_filled():
     tx = stream()
     acc = Stamps.of((c, t + 2_000) for c, t in zip(tx.codes.tolist(), tx.times.tolist()) if t < KILL + 3_000)
-    fig = episode(tx, at_most_once(tx), acc, KILL, T0, T0 + 300 * 100)
+    fig = episode(tx, at_most_once(tx), acc, KILL, T0, T0 + 300 * 100, KILL + 5_000)
     assert (fig["undecided"], fig["filled_by_accurate"]) == (60, 30)
+
+
+def test_recovery_is_the_restarted_query_s_first_decision_not_the_dying_one_s_last():
+    tx = stream()
+    rt = Stamps.concat([at_most_once(tx), Stamps.of([(99, KILL + 9)])])   # the killed JVM's last append
+    fig = episode(tx, rt, accurate(tx), KILL, T0, T0 + 300 * 100, KILL + 5_000)
+    assert fig["recovered_at"] == KILL + 6_008 and fig["p99_after_recovery_ms"] == 8
 
 
 def test_no_decision_after_the_kill_is_no_recovery_yet():
     tx = stream()
     rt = Stamps.of((c, t + 8) for c, t in zip(tx.codes.tolist(), tx.times.tolist()) if t < KILL)
-    fig = episode(tx, rt, accurate(tx), KILL, KILL - 1_000, T0 + 300 * 100)
+    fig = episode(tx, rt, accurate(tx), KILL, KILL - 1_000, T0 + 300 * 100, None)
     assert fig["recovered_at"] is None and fig["down_ms"] is None and fig["p99_after_recovery_ms"] is None
     assert fig["undecided"] == 200 and fig["transactions"] == 210
 
@@ -78,7 +85,7 @@ def test_the_minute_after_recovery_ends_after_a_minute():
     rt = at_most_once(tx)
     late = Stamps.of([(0, KILL + 6_008 + AFTER_RECOVERY_MS + 5)])       # a record past the window
     both = Stamps.concat([rt, late])
-    assert episode(tx, both, accurate(tx), KILL, T0, T0 + 200_000)["p99_after_recovery_ms"] == 8
+    assert episode(tx, both, accurate(tx), KILL, T0, T0 + 200_000, KILL + 5_000)["p99_after_recovery_ms"] == 8
 
 
 def test_buckets_per_path_with_undecided_only_once_settled():
