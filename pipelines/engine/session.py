@@ -55,7 +55,18 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     return spark
 
 
-def warm_up(spark) -> None:
-    """Run one small job so a standby's first real batch finds the JVM's classes loaded and
-    its executors' threads started (seconds saved at takeover)."""
+def warm_up(spark, s: Settings | None = None, topic: str | None = None) -> None:
+    """Run the kinds of work a job's first batch does, so a standby's takeover finds them ready:
+    the JVM's classes loaded and code generated, the Python worker daemon forked with pandas and
+    Arrow imported (the stateful operators are pandas functions), and, with `topic`, the Kafka
+    connector loaded and a consumer's connection made."""
     spark.range(1000).selectExpr("sum(id) AS s", "count(distinct id % 7) AS d").collect()
+    (spark.range(64).selectExpr("id % 4 AS k", "id AS v").groupBy("k")
+     .applyInPandas(lambda df: df.head(1), "k long, v long").collect())
+    if topic:
+        from infra import kafka_client
+
+        (spark.read.format("kafka").options(**kafka_client.spark_options(s or load()))
+         .option("subscribe", topic).option("kafka.isolation.level", "read_committed")
+         .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+         .load().limit(1).selectExpr("length(value) AS n").collect())

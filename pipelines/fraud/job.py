@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if o.standby:
-        warm_up(spark)
+        warm_up(spark, s, o.transactions_topic)
         if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
             spark.stop()
             return 0

@@ -225,7 +225,7 @@ class UsageJob:
         starters = self.starters()
         metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
         if standby:
-            warm_up(self.spark)
+            warm_up(self.spark, s, s.topics.decisions)
             if not wait_for_takeover(self.db, JOB, s.lease_ttl_seconds, self.stopping):
                 self.shutdown()
                 return 0
