@@ -347,7 +347,13 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
          "detail": f"started pid {4243 if fault_at else 4242}"},
         {"job": "simulator", "status": "running", "pid": 4000, "restarts": 0, "last_batch": None,
          "started_at": t0 - 40_000, "updated_at": now - 400, "detail": "started pid 4000"},
+        # make demo runs a warm standby per Spark job (the supervisor's --standby)
+        *({"job": f"{job}-standby", "status": "ready", "pid": pid, "restarts": 0, "last_batch": None,
+           "started_at": t0 - 10_000, "updated_at": now - 400, "detail": f"warm standby pid {pid}, session up"}
+          for job, pid in (("fraud", 4101), ("usage", 4301))),
     ], alter=False)
+    db["standbys"].insert_all([{"job": "fraud", "pid": 4101, "ready_at": t0 - 2_000},
+                               {"job": "usage", "pid": 4301, "ready_at": t0 - 2_000}], alter=False)
     db["leases"].insert_all([{"job": "usage", "epoch": 2 if fault_at else 1, "holder": f"host:{4243 if fault_at else 4242}",
                               "taken_at": usage_started + 3_000, "renewed_at": now - 300},
                              {"job": "fraud", "epoch": 1, "holder": "host:4100", "taken_at": t0 - 25_000,

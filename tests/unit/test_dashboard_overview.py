@@ -33,7 +33,8 @@ def test_no_input_rate_without_a_recent_fraud_batch(world):
 def test_job_status(world):
     db, seeded, _ = world
     jobs = data.job_status(db, NOW).set_index("job")
-    assert list(jobs.index) == ["fraud", "simulator", "usage"]
+    assert list(jobs.index) == ["fraud", "fraud-standby", "simulator", "usage", "usage-standby"]
+    assert jobs.loc["fraud-standby", "status"] == "ready"
     assert jobs.loc["usage", "restarts"] == 1 and jobs.loc["usage", "started_at"] == seeded.restarted_at
     assert jobs.loc["fraud", "seen_s_ago"] == pytest.approx(0.4)
 

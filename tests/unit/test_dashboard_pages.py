@@ -94,7 +94,7 @@ def expected(name: str, s) -> list[str]:
     amo, alo, eo = (s.final[g] for g in ("at-most-once", "at-least-once", "exactly-once"))
     return {
         "overview": ["Tx in /s", "Decisions /s", "Latency p99", "within 20 ms", "usage-at-least-once", "running",
-                     "malformed JSON: 12"],
+                     "malformed JSON: 12", "fraud-standby", "warm standby pid 4101, session up"],
         "guarantees": [fmt.count(alo["observed"]), f"of truth {fmt.count(alo['truth'])}",
                        f"= truth {fmt.count(eo['truth'])}", f"lost {fmt.count(amo['lost'])}",
                        f"duplicated {fmt.count(alo['duplicated'])} ({fmt.count(alo['replayed'])} replayed, 0 upstream)",
