@@ -219,6 +219,7 @@ def main(argv: list[str]) -> dict:
         # the stateful path's tasks: more slots than cores (its tasks mostly wait on Kafka)
         env.setdefault("SPARK_MASTER", f"local[{2 * s.topics.partitions + 2}]")
     job = sim = None
+    clean = False
     try:
         job_log = open(work / "job.log", "w")
         job = subprocess.Popen(
@@ -292,7 +293,7 @@ def main(argv: list[str]) -> dict:
             failure = (f"bench latency: {figures['duplicates']} transactions were decided more than once on the "
                        f"exactly-once decisions topic (read_committed); the job's log is kept at {work / 'job.log'}.")
         else:
-            shutil.rmtree(work, ignore_errors=True)
+            clean = True  # removed once the job has stopped (it writes until then)
         record(s, result)
         if failure:
             print(json.dumps(result), flush=True)  # the figures stay the last stdout line
@@ -303,5 +304,7 @@ def main(argv: list[str]) -> dict:
             sim.kill()
         if job is not None:
             _stop(job)
+        if clean:
+            shutil.rmtree(work, ignore_errors=True)
         if started_broker:
             broker.down(s, quiet=True)
