@@ -97,8 +97,9 @@ _TARGET = Param("guarantee", str, None, "", "the usage query it targets (default
 
 CATALOGUE: dict[str, Fault] = {f.kind: f for f in (
     Fault("crash", SUPERVISOR, (USAGE, FRAUD, SIMULATOR),
-          "the job's driver gets SIGKILL; the supervisor restarts it after RESTART_DELAY_SECONDS and "
-          "records the recovery time (kill to first new batch with rows)"),
+          "the job's driver gets SIGKILL; its warm standby takes over, or without one the supervisor "
+          "restarts it after RESTART_DELAY_SECONDS; the recovery time (kill to first new batch with rows) "
+          "is recorded"),
     Fault("crash-after-sink", JOB, (USAGE, FRAUD),
           "the job kills itself after its next sink write, before Spark commits the batch",
           (_TARGET,)),

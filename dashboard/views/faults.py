@@ -34,13 +34,14 @@ def draw(db, s):
     if log.empty:
         ui.no_data("no command issued yet.")
     else:
-        log = log.assign(params=[text.params(k, p) for k, p in zip(log["kind"], log["params"])])
+        log = log.assign(params=[text.params(k, p) for k, p in zip(log["kind"], log["params"])],
+                         recovered_s=log["recovered_s"].map(fmt.duration_s))
         st.dataframe(log[["id", "issued", "kind", "job", "params", "status", "took_s", "recovered_s", "result"]],
                      hide_index=True, width="stretch", height=min(400, 38 + 35 * len(log)),
                      column_config={"issued": st.column_config.DatetimeColumn("issued (UTC)", format="HH:mm:ss"),
                                     "took_s": st.column_config.NumberColumn("took", format="%.1f s"),
-                                    "recovered_s": st.column_config.NumberColumn(
-                                        "recovered in", format="%.1f s",
+                                    "recovered_s": st.column_config.TextColumn(
+                                        "recovered in",
                                         help="Kill → the job's first new batch with rows, as the supervisor measured it."),
                                     "id": st.column_config.NumberColumn(format="%d")})
     left, right = st.columns([3, 2])
