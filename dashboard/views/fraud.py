@@ -3,7 +3,7 @@ detector flagged, why (each analyzer's score), and how right and complete it is.
 import pandas as pd
 import streamlit as st
 
-from dashboard import charts, fmt, ui
+from dashboard import charts, fmt, measured, ui
 from dashboard.data import fraud as data
 from dashboard.data.store import now_ms, to_time
 from dashboard.views import text
@@ -34,6 +34,7 @@ def draw(db, s):
     else:
         ui.no_data("the auditor has not compared decisions with the labels yet.")
     paths(db, now)
+    measured.draw(db)
     flagged = data.flagged(db, 50)
     if flagged.empty:
         ui.no_data("no transaction flagged as fraud.")

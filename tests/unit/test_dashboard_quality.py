@@ -68,5 +68,9 @@ def test_overview_shows_the_recorded_figures_and_says_what_they_are(tmp_path, mo
         tables = "\n".join(e.value.to_string() for e in at.dataframe)
         assert "`bench quality` on 1970-01-01 00:00 UTC" in shown and "seed 3, threshold 0.7" in shown
         assert "card-testing" in tables and "0.25" in tables and quality.PATHS["realtime"] in tables
+        at.switch_page("views/fraud.py").run()  # the Fraud page shows the same recorded runs
+        assert not at.exception
+        tables = "\n".join(e.value.to_string() for e in at.dataframe)
+        assert "card-testing" in tables and quality.PATHS["realtime"] in tables
     finally:
         db.conn.close()
