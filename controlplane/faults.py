@@ -107,6 +107,10 @@ CATALOGUE: dict[str, Fault] = {f.kind: f for f in (
           (_seconds(10.0, "how long the sink rejects writes"),)),
     Fault("task-failure", JOB, (USAGE,), "processing of the next batch raises inside a Spark task",
           (_TARGET,)),
+    Fault("poison-pill", JOB, (FRAUD,),
+          "the job sends itself a valid-looking transaction its code then fails on in every batch that "
+          "holds it (a bug meeting a record); after POISON_BATCH_FAILURES identical failures the record "
+          "is dead-lettered with the exception as reason and the job moves on"),
     Fault("broker-down", SUPERVISOR, (), "the Kafka broker stops for N seconds, then restarts",
           (_seconds(10.0, "how long the broker stays down"),)),
     Fault("late-burst", SIMULATOR, (SIMULATOR,),

@@ -46,7 +46,7 @@ def test_faults_and_controls_split_the_catalogue():
     assert set(faults.FAULTS) | set(faults.CONTROLS) == set(faults.CATALOGUE)
     assert not set(faults.FAULTS) & set(faults.CONTROLS)
     assert {"crash", "crash-after-sink", "sink-down", "task-failure", "broker-down", "zombie",
-            "late-burst", "bad-input"} == set(faults.FAULTS)
+            "late-burst", "bad-input", "poison-pill"} == set(faults.FAULTS)
     for kind, f in faults.CATALOGUE.items():
         assert f.kind == kind and f.executor in EXECUTORS and f.sentence, kind
         assert len({p.name for p in f.params}) == len(f.params), kind
@@ -67,7 +67,7 @@ def test_every_kind_is_claimed_by_exactly_one_executor():
     for job in JOBS:
         assert set(faults.claims(faults.JOB, job)) == {k for k, f in faults.CATALOGUE.items()
                                                         if f.executor == faults.JOB and job in f.jobs}
-    assert faults.claims(faults.JOB, faults.FRAUD) == ("crash-after-sink",)
+    assert faults.claims(faults.JOB, faults.FRAUD) == ("crash-after-sink", "poison-pill")
 
 
 def test_the_supervisor_has_a_handler_for_each_kind_it_claims():
