@@ -37,7 +37,8 @@ from infra.config import Settings, load
 from pipelines import guarantees
 from pipelines.audit import paths as path_figures
 from pipelines.audit.cut import Application, figures
-from pipelines.audit.topics import Ids, TopicIndex
+from pipelines.audit.topics import INVALID, Ids, TopicIndex
+from simulator.patterns import dead_letter_reason
 from pipelines.engine import checkpoints
 
 FRAUD = "fraud"
@@ -85,11 +86,19 @@ class Auditor:
         t = self.s.topics
         self.labels = _Labels({}, set())
         self.decisions = TopicIndex(self.s, t.decisions, self.ids)
-        self.transactions = TopicIndex(self.s, t.transactions, self.ids)
+        self.transactions = TopicIndex(self.s, t.transactions, self.ids, reject=self._invalid)
         self.label_log = TopicIndex(self.s, t.labels, self.ids, on_doc=self._label)
         self.decisions_rt = TopicIndex(self.s, t.decisions_rt, self.ids)
         self._store_rowid = 0
         self._store: dict[int, tuple[int, bool]] = {}   # code -> (batch_id, is_fraud)
+
+    def _invalid(self, value: bytes | None, appended_at: int) -> bool:
+        """Whether the fraud job's input contract rejects this transaction (it goes to the dead
+        letters, so it is no part of the truth). The contract's Python mirror, judged at the
+        record's append time (the job judges it at its batch's time: the same outside the window's
+        edges). Labels alone miss a malformed record whose readable txn_id is not its label's."""
+        return dead_letter_reason(value, now_ms=appended_at, past_ms=self.s.validation_past_seconds * 1000,
+                                  future_ms=self.s.validation_future_seconds * 1000) is not None
 
     def _label(self, doc: dict) -> None:
         code = self.ids.code(doc["txn_id"])
@@ -127,6 +136,7 @@ class Auditor:
             if beyond.stop > beyond.start:
                 oldest = min(oldest or 1 << 62, int(part.times[beyond.start]))
         truth -= self.labels.bad
+        truth.discard(INVALID)
         committed = pos.committed_batch if pos.committed_batch is not None else -1
         decided = {c: f for c, (b, f) in self._store.items() if b is not None and b <= committed}
         parts = [part.codes for part in self.decisions.partitions().values()]
@@ -179,7 +189,7 @@ class Auditor:
         """The two paths over the last PATHS_MINUTES and what each kill or restart of the fraud job
         did to the real-time path (`pipelines.audit.paths.survey`), with the starts of the
         real-time query the job recorded (`fraud_rt_runs`) and the commands that killed it."""
-        tx, rt, acc = (self._stamps(self.transactions, self.labels.bad), self._stamps(self.decisions_rt),
+        tx, rt, acc = (self._stamps(self.transactions, self.labels.bad | {INVALID}), self._stamps(self.decisions_rt),
                        self._stamps(self.decisions))
         runs = self.db.execute("SELECT started_at, guarantee FROM fraud_rt_runs ORDER BY started_at").fetchall()
         marks = ",".join("?" for _ in RT_FAULTS)

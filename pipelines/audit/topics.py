@@ -23,9 +23,16 @@ class Ids:
         return c
 
 
+# The code of a record the input contract rejects (a dead letter): indexed, so offsets and lag
+# stay whole, but never a txn_id of the truth.
+INVALID = -1
+
+
 class TopicIndex:
-    def __init__(self, s, topic: str, ids: Ids, on_doc=None):
-        self.s, self.topic, self.ids, self.on_doc = s, topic, ids, on_doc
+    def __init__(self, s, topic: str, ids: Ids, on_doc=None, reject=None):
+        """`reject(value, timestamp)`: whether a record breaks the input contract (it is indexed
+        as INVALID, whatever txn_id it carries)."""
+        self.s, self.topic, self.ids, self.on_doc, self.reject = s, topic, ids, on_doc, reject
         self._cols: dict[int, tuple[list, list, list, list]] = {}
         self._arrays: dict[int, Partition] = {}
         self.positions: dict[int, int] = {}
@@ -75,6 +82,9 @@ class TopicIndex:
 
     def _add(self, r) -> None:
         self.records += 1
+        if self.reject is not None and self.reject(r.value, r.timestamp):
+            self._index(r, INVALID, False)
+            return
         try:
             doc = json.loads(r.value)
         except (ValueError, TypeError, RecursionError):  # not a decision: counted in records, not in ids
@@ -83,8 +93,11 @@ class TopicIndex:
             return
         if self.on_doc:
             self.on_doc(doc)
+        self._index(r, self.ids.code(doc["txn_id"]), bool(doc.get("is_fraud")))
+
+    def _index(self, r, code: int, is_fraud: bool) -> None:
         o, c, f, t = self._cols.setdefault(r.partition, ([], [], [], []))
         o.append(r.offset)
-        c.append(self.ids.code(doc["txn_id"]))
-        f.append(bool(doc.get("is_fraud")))
+        c.append(code)
+        f.append(is_fraud)
         t.append(r.timestamp)

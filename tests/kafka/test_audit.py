@@ -119,7 +119,7 @@ def test_cli_prints_one_json_line_last(kafka, settings, topic, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     snap = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(snap) == {"fraud", "usage"}
+    assert set(snap) == {"fraud", "usage", "paths"}
     alo = snap["usage"]["at-least-once"]
     # nothing has run: nothing is owed, all three records are lag
     assert (alo["truth"], alo["lost"], alo["lag_records"]) == (0, 0, 3)
