@@ -36,12 +36,15 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "sink_batches": ({"id": int, "sink": str, "checkpoint_id": str, "batch_id": int, "outcome": str,
                       "processed": int, "fraud": int, "start_offsets": str, "end_offsets": str,
                       "reason": str, "epoch": int, "ts": int}, "id"),
-    # every micro-batch of every query, from StreamingQueryListener
+    # every micro-batch of every query, from StreamingQueryListener (state_rows_removed: Spark's
+    # numRowsRemoved, rows its state operators evicted: by the watermark, a TTL or the operator's
+    # own delete; event_time_max: the newest event time the batch saw, eventTime["max"])
     "batch_progress": ({
         "query": str, "batch_id": int, "ts": int, "num_input_rows": int, "input_rows_per_s": float,
         "processed_rows_per_s": float, "duration_ms": int, "trigger_ms": int, "commit_ms": int,
         "state_rows": int, "state_memory_bytes": int, "state_disk_bytes": int, "state_rows_dropped_late": int,
-        "watermark": str, "start_offsets": str, "end_offsets": str, "checkpoint": str,
+        "state_rows_removed": int, "watermark": str, "event_time_max": str, "start_offsets": str,
+        "end_offsets": str, "checkpoint": str,
     }, ("query", "batch_id", "ts")),
     # commands to the supervisor / simulator, and their life
     "commands": ({

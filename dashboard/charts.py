@@ -97,6 +97,70 @@ def throughput(series: pd.DataFrame) -> go.Figure:
     return _layout(fig, "Decisions per second, per 5 s", y_title="decisions/s")
 
 
+STATUS_COLORS = {"done": "#29A19C", "failed": "#C0392B", "started": "#F3A712", "pending": "#5C6B73"}
+
+
+def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFrame,
+                      warm: dict | None = None) -> go.Figure:
+    """Latency percentiles, decisions per second and every command on one time axis: each command a
+    marker at the time it ran, coloured by its outcome, and a fault the supervisor measured a bar
+    from the kill to the first new batch with rows (its recovery time). `warm`: the fraud job's
+    warm-up ({"start", "end"} as times) shaded across the panels."""
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, row_heights=[0.45, 0.3, 0.25],
+                        subplot_titles=("decision latency (decided_at − produced_at), per 5 s",
+                                        "decisions per second, per 5 s", "commands: outcome and recovery"))
+    fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
+    for name, color in (("p50", "#29A19C"), ("p95", "#3A6EA5"), ("p99", "#8E6C8A")):
+        fig.add_trace(go.Scatter(x=series["time"], y=series[name], name=name, mode="lines+markers",
+                                 line=dict(color=color, width=2), marker=dict(size=4),
+                                 hovertemplate=f"{name} %{{y:,.1f}} ms<extra></extra>"), row=1, col=1)
+    fig.add_hline(y=goal_ms, line=dict(color=GOAL_COLOR, dash="dash", width=2), row=1, col=1,
+                  annotation_text=f"goal {goal_ms:g} ms", annotation_position="top left",
+                  annotation_font_color=GOAL_COLOR)
+    top = float(series["p99"].max()) if not series.empty else 0.0
+    fig.update_yaxes(title_text="latency (ms)", type="log" if top > 50 * goal_ms else "linear",
+                     row=1, col=1)
+    if top <= 50 * goal_ms:
+        fig.update_yaxes(range=[0, max(goal_ms * 1.3, top * 1.1)], row=1, col=1)
+    fig.add_trace(go.Bar(x=series["time"], y=series["decisions_per_s"], name="decisions/s", marker_color="#3A6EA5",
+                         showlegend=False, hovertemplate="%{y:,.1f} decisions/s<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(title_text="decisions/s", row=2, col=1)
+    _counts_axis(fig, row=2, col=1)
+    labels = []
+    if not commands.empty:
+        labels = (commands["kind"] + " · " + commands["job"].fillna("broker")).tolist()
+        rec = commands[commands["recovered_s"].notna()]
+        for r, label in zip(rec.itertuples(), [lab for lab, ok in zip(labels, commands["recovered_s"].notna()) if ok]):
+            fig.add_trace(go.Scatter(x=[r.killed, r.recovered], y=[label, label], mode="lines+text",
+                                     line=dict(color="#E4572E", width=8), showlegend=False,
+                                     text=["", f"recovered in {r.recovered_s:.1f} s ({r.via or 'restart'})"],
+                                     textposition="middle right",
+                                     hovertemplate=f"{label}: down {r.recovered_s:.1f} s, "
+                                                   f"{r.via or 'restart'}<extra></extra>"), row=3, col=1)
+        status = commands["status"].fillna("pending")
+        fig.add_trace(go.Scatter(x=commands["time"], y=labels, mode="markers", showlegend=False,
+                                 marker=dict(size=11, symbol="diamond",
+                                             color=[STATUS_COLORS.get(v, "#5C6B73") for v in status]),
+                                 customdata=list(zip(status, commands["result"].fillna("").str.slice(0, 90))),
+                                 hovertemplate="%{y}: %{customdata[0]} — %{customdata[1]}<extra></extra>"),
+                      row=3, col=1)
+    fig.update_yaxes(title_text="command", type="category", row=3, col=1,
+                     categoryorder="array", categoryarray=list(dict.fromkeys(labels)))
+    if warm is not None:
+        for row in (1, 2, 3):
+            fig.add_vrect(x0=warm["start"], x1=warm["end"], fillcolor="#F3A712", opacity=0.15, line_width=0,
+                          row=row, col=1)
+        fig.add_annotation(x=warm["end"], y=1, yref="paper", text="warm-up", showarrow=False, xanchor="right",
+                           yanchor="top", font=dict(size=11, color="#8a5a00"))
+    times = [series["time"]] + ([commands["time"]] if not commands.empty else [])
+    _time_axis(fig, pd.concat(times), row=3, col=1)
+    fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
+    fig.update_xaxes(tickformat="%H:%M:%S", row=2, col=1)
+    fig = _layout(fig, "Latency, throughput and every command, on one time axis", height=620)
+    fig.update_layout(margin=dict(t=60), legend=dict(orientation="h", yanchor="bottom", y=1.03, xanchor="right", x=1))
+    return fig
+
+
 # --- guarantees -----------------------------------------------------------------------------------
 
 def counts_vs_truth(latest: pd.DataFrame) -> go.Figure:
@@ -274,6 +338,50 @@ def state(df: pd.DataFrame) -> go.Figure:
     _time_axis(fig, df["time"], row=2, col=1)
     fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
     return _legend_below(_layout(fig, "State held by each query", height=500))
+
+
+def query_health(part: pd.DataFrame, query: str) -> go.Figure:
+    """One query over time, four panels: input rate against processed rate (processed below input
+    is backpressure: the query falls behind), the watermark's gap to the newest event, state rows
+    removed and dropped late, and commit (checkpoint) duration."""
+    has_gap = part["watermark_gap_s"].notna().any()
+    fig = make_subplots(rows=2, cols=2, shared_xaxes=True, vertical_spacing=0.16, horizontal_spacing=0.1,
+                        subplot_titles=("input rate vs processed rate",
+                                        "watermark gap to the newest event" if has_gap
+                                        else "watermark gap: none (this query has no watermark)",
+                                        "state rows removed (evicted) and dropped late, per batch",
+                                        "commit duration (offset log + commit log)"))
+    fig.update_annotations(x=None, font=dict(size=12, color="#555"))
+    color = _query_color(query, 0)
+    fig.add_trace(go.Scatter(x=part["time"], y=part["input_rows_per_s"], name="input rows/s", mode="lines",
+                             line=dict(color="#5C6B73", width=2, dash="dot"),
+                             hovertemplate="input %{y:,.0f} rows/s<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=part["time"], y=part["processed_rows_per_s"], name="processed rows/s", mode="lines",
+                             line=dict(color=color, width=2),
+                             hovertemplate="processed %{y:,.0f} rows/s<extra></extra>"), row=1, col=1)
+    fig.update_yaxes(title_text="rows/s", rangemode="tozero", tickformat=",~r", row=1, col=1)
+    if has_gap:
+        fig.add_trace(go.Scatter(x=part["time"], y=part["watermark_gap_s"], name="watermark gap", mode="lines",
+                                 line=dict(color="#8E6C8A", width=2), showlegend=False,
+                                 hovertemplate="gap %{y:,.1f} s<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(title_text="gap (s)", rangemode="tozero", row=1, col=2)
+    fig.add_trace(go.Bar(x=part["time"], y=part["state_rows_removed"].fillna(0), name="removed from state",
+                         marker_color="#2E8B57", hovertemplate="%{y:,} rows removed<extra></extra>"), row=2, col=1)
+    fig.add_trace(go.Bar(x=part["time"], y=part["state_rows_dropped_late"].fillna(0), name="dropped late",
+                         marker_color="#E4572E", hovertemplate="%{y:,} rows dropped late<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(title_text="rows", row=2, col=1)
+    top = max(part["state_rows_removed"].fillna(0).max(), part["state_rows_dropped_late"].fillna(0).max()) \
+        if not part.empty else 0
+    _counts_axis(fig, top, row=2, col=1)
+    fig.add_trace(go.Scatter(x=part["time"], y=part["commit_ms"], name="commit", mode="lines", showlegend=False,
+                             line=dict(color="#3A6EA5", width=2), hovertemplate="commit %{y:,} ms<extra></extra>"),
+                  row=2, col=2)
+    fig.update_yaxes(title_text="duration (ms)", rangemode="tozero", tickformat=",~r", row=2, col=2)
+    for col in (1, 2):
+        _time_axis(fig, part["time"], row=2, col=col)
+        fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=col)
+    fig.update_layout(barmode="group")
+    return _legend_below(_layout(fig, f"{query}: rates, watermark, state eviction, commit", height=560))
 
 
 def _query_color(query: str, i: int) -> str:

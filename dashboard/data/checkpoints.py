@@ -31,9 +31,14 @@ def batches(db, now: int | None = None, minutes: float = 15, limit: int = 5000) 
     """Batch history of every query (oldest first): durations, commit time, state rows and bytes."""
     df = frame(db, "SELECT query, batch_id, ts, num_input_rows, input_rows_per_s, processed_rows_per_s, "
                    "duration_ms, trigger_ms, commit_ms, state_rows, state_memory_bytes, "
-                   "state_rows_dropped_late, checkpoint FROM batch_progress WHERE ts > ? "
-                   "ORDER BY ts DESC LIMIT ?", [since(now, minutes), limit])
+                   "state_rows_dropped_late, state_rows_removed, watermark, event_time_max, checkpoint "
+                   "FROM batch_progress WHERE ts > ? ORDER BY ts DESC LIMIT ?", [since(now, minutes), limit])
     df["time"] = to_time(df["ts"])
+    # the watermark's gap to the newest event the batch saw (Spark's eventTime max and watermark;
+    # none for a query without a watermark)
+    newest = pd.to_datetime(df["event_time_max"], errors="coerce", utc=True)
+    mark = pd.to_datetime(df["watermark"], errors="coerce", utc=True)
+    df["watermark_gap_s"] = (newest - mark).dt.total_seconds()
     return df.sort_values("ts").reset_index(drop=True)
 
 
@@ -115,7 +120,7 @@ def positions(root: Path, now: int | None = None) -> pd.DataFrame:
 def restart_times(db, start_ms: int) -> pd.DataFrame:
     """Measured instants a job's process stopped or started since `start_ms`: the supervisor's kills
     (recoveries), crash-after-sink's own SIGKILL (its command's end), and the running process's start."""
-    return frame(db, "SELECT job, killed_at AS at, 'killed by ' || fault AS what FROM recoveries WHERE killed_at > ? "
+    return frame(db, "SELECT job, killed_at AS at, CASE WHEN fault = 'exit' THEN 'exited' ELSE 'killed by ' || fault END AS what FROM recoveries WHERE killed_at > ? "
                      "UNION ALL SELECT job, done_at, 'killed itself (crash-after-sink #' || id || ')' FROM commands "
                      "WHERE kind = 'crash-after-sink' AND status = 'done' AND done_at > ? "
                      "UNION ALL SELECT job, started_at, 'started' FROM job_status WHERE started_at > ? "

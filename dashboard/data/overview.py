@@ -30,10 +30,103 @@ def rates(db, now: int | None = None, window_s: int = 10) -> dict:
 
 
 def recent_latencies(db, limit: int = RECENT_DECISIONS) -> pd.DataFrame:
-    """decided_at, latency_ms of the most recent decisions (decided_at − produced_at)."""
-    return frame(db, "SELECT decided_at, decided_at - produced_at AS latency_ms FROM decisions "
+    """decided_at, produced_at, latency_ms of the most recent decisions (decided_at − produced_at)."""
+    return frame(db, "SELECT decided_at, produced_at, decided_at - produced_at AS latency_ms FROM decisions "
                      "WHERE decided_at IS NOT NULL AND produced_at IS NOT NULL "
                      "ORDER BY decided_at DESC LIMIT ?", [limit])
+
+
+# --- the start: what is starting, and the decisions that waited for it ---------------------------
+
+SPARK_JOBS = {"fraud": "fraud", "usage": "usage-%"}   # job -> its queries in batch_progress
+
+
+def _lease(db, job: str) -> dict | None:
+    row = db.conn.execute("SELECT epoch, holder, taken_at FROM leases WHERE job = ?", [job]).fetchone()
+    return {"epoch": row[0], "holder": row[1], "taken_at": row[2]} if row else None
+
+
+def _first_batch_since(db, job: str, since_ms: int) -> dict | None:
+    """The first batch the job's queries committed since `since_ms`: when it started (its progress
+    time minus its duration) and when Spark posted it."""
+    row = db.conn.execute("SELECT batch_id, ts, duration_ms, query FROM batch_progress WHERE query LIKE ? AND ts >= ? "
+                          "ORDER BY ts LIMIT 1", [SPARK_JOBS[job], since_ms]).fetchone()
+    if not row:
+        return None
+    return {"batch_id": row[0], "ts": row[1], "started": row[1] - (row[2] or 0), "query": row[3]}
+
+
+def startup(db, now: int | None = None) -> list[dict]:
+    """Each Spark job the supervisor runs that has not committed a batch since its instance took the
+    lease, and the phase it is in: "session" (process up, no lease yet: the job takes its lease
+    right after its SparkSession is up) or "first-batch" (session up and lease taken, queries
+    started, no batch committed since). From job_status, leases and batch_progress."""
+    now = now or now_ms()
+    jobs = job_status(db, now)
+    out = []
+    for job in SPARK_JOBS:
+        rows = jobs[jobs["job"] == job] if not jobs.empty else jobs
+        if rows.empty:
+            continue
+        j = rows.iloc[0]
+        if j["status"] != "running" or pd.isna(j["pid"]) or pd.isna(j["started_at"]):
+            continue
+        up_s = max(0.0, (now - int(j["started_at"])) / 1000)
+        lease = _lease(db, job)
+        holder_pid = (lease["holder"] or "").rsplit(":", 1)[-1] if lease else ""
+        mine = lease is not None and holder_pid == str(int(j["pid"]))
+        if not mine:
+            out.append({"job": job, "phase": "session", "pid": int(j["pid"]), "up_s": up_s, "queries_s": None,
+                        "epoch": None})
+            continue
+        if _first_batch_since(db, job, int(lease["taken_at"])) is not None:
+            continue
+        out.append({"job": job, "phase": "first-batch", "pid": int(j["pid"]), "up_s": up_s,
+                    "queries_s": max(0.0, (now - int(lease["taken_at"])) / 1000), "epoch": lease["epoch"]})
+    return out
+
+
+def warmup(db) -> dict | None:
+    """The fraud job's start the newest decisions waited for: the first batch its current instance
+    (the lease holder) committed. Decisions of transactions produced before that batch started and
+    decided after it started waited for the job to start, not for a decision: the warm-up.
+    None when the fraud job holds no lease or has committed no batch since taking it."""
+    lease = _lease(db, "fraud")
+    if lease is None or lease["taken_at"] is None:
+        return None
+    first = _first_batch_since(db, "fraud", int(lease["taken_at"]))
+    if first is None:
+        return None
+    return {"taken_at": int(lease["taken_at"]), "epoch": lease["epoch"], "batch_id": first["batch_id"],
+            "batch_started": int(first["started"]), "batch_done": int(first["ts"])}
+
+
+def split_warmup(latencies: pd.DataFrame, start: dict | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steady, warm-up) decisions: warm-up = produced before the fraud job's first batch of its
+    current instance started and decided after that (they waited through the start)."""
+    if start is None or latencies.empty:
+        return latencies, latencies.head(0)
+    cut = start["batch_started"]
+    warm = (latencies["produced_at"] < cut) & (latencies["decided_at"] >= cut)
+    return latencies[~warm], latencies[warm]
+
+
+# --- the timeline: every command with its outcome and recovery ---------------------------------
+
+def timeline(db, start_ms: int, end_ms: int | None = None, limit: int = 200) -> pd.DataFrame:
+    """Commands (faults and controls) issued in [start_ms, end_ms], oldest first, with their outcome
+    and, for a fault the supervisor measured, its recovery (killed_at → recovered_at, via)."""
+    end_ms = end_ms or now_ms()
+    df = frame(db, "SELECT c.id, c.kind, c.job, c.status, c.issued_at, c.started_at, c.done_at, c.result, "
+                   "r.killed_at, r.recovered_at, r.seconds AS recovered_s, r.via FROM commands c "
+                   "LEFT JOIN recoveries r ON r.command_id = c.id "
+                   "WHERE c.issued_at >= ? AND c.issued_at <= ? ORDER BY c.issued_at LIMIT ?",
+               [start_ms, end_ms, limit])
+    df["at"] = df["started_at"].fillna(df["issued_at"])
+    df["time"] = to_time(df["at"])
+    df["killed"] = to_time(df["killed_at"])
+    df["recovered"] = to_time(df["recovered_at"])
+    return df
 
 
 def latency_summary(latencies: pd.DataFrame, goal_ms: float = LATENCY_GOAL_MS) -> dict:

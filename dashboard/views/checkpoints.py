@@ -35,6 +35,12 @@ def draw(db, s):
         left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), width="stretch")
         right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
                                             "duration (ms)"), width="stretch")
+        st.subheader("Per query")
+        queries = sorted(df["query"].unique(), key=lambda q: (q != "fraud", q))
+        query = st.selectbox("query", queries, index=0, key="health_query")
+        part = df[df["query"] == query]
+        st.plotly_chart(charts.query_health(part, query), width="stretch")
+        st.caption(text.query_health(part))
 
     st.subheader("Where each checkpoint stands")
     pos = data.positions(s.checkpoint_root, now)

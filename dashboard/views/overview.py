@@ -4,7 +4,8 @@ import streamlit as st
 from dashboard import charts, fmt, measured, ui
 from dashboard.data import kafka, overview as data
 from dashboard.data.faults import dead_letters
-from dashboard.data.store import now_ms
+from dashboard.data.store import now_ms, to_time
+from dashboard.views import text
 
 st.title("Overview")
 st.caption("Transactions in, decisions out, how fast, and whether the jobs keep up with Kafka. "
@@ -15,8 +16,12 @@ GOAL = data.LATENCY_GOAL_MS
 
 def draw(db, s):
     now = now_ms()
+    for row in data.startup(db, now):
+        st.info(text.starting(row), icon=":material/rocket_launch:")
     r = data.rates(db, now)
-    lat = data.recent_latencies(db)
+    every = data.recent_latencies(db)
+    start = data.warmup(db)
+    lat, warm = data.split_warmup(every, start)
     summary = data.latency_summary(lat)
     cols = st.columns(6)
     cols[0].metric("Tx in /s", fmt.decimal(r["transactions_per_s"]), border=True,
@@ -34,16 +39,36 @@ def draw(db, s):
                    delta=None if value is None else (f"within {GOAL} ms" if value <= GOAL else f"over {GOAL} ms"),
                    delta_color="green" if value is not None and value <= GOAL else "red",
                    delta_arrow="off", border=True,
-                   help=f"decided_at − produced_at over the newest {summary['n']:,} decisions." if value is not None
-                   else "Empty: no decision in the store yet.")
+                   help=f"decided_at − produced_at over the newest {summary['n']:,} decisions after the warm-up."
+                   if value is not None else
+                   ("Empty: every recent decision belongs to the warm-up (below)." if not warm.empty
+                    else "Empty: no decision in the store yet."))
+    if not warm.empty:
+        st.caption(text.warmup(start, len(warm)))
     if summary["n"]:
-        st.caption(f"Latency over the newest {summary['n']:,} decisions: "
+        st.caption(f"Latency over the newest {fmt.count(summary['n'])} decisions after the warm-up: "
                    f"{fmt.percent(summary['within_goal'])} decided within {GOAL} ms.")
-        series = data.latency_series(lat)
-        left, mid, right = st.columns([5, 3, 3])
-        left.plotly_chart(charts.latency(series, GOAL), width="stretch")
-        mid.plotly_chart(charts.latency_histogram(lat, GOAL), width="stretch")
-        right.plotly_chart(charts.throughput(series), width="stretch")
+    if not every.empty:
+        series = data.latency_series(every)
+        shade = ({"start": to_time(warm["decided_at"]).min(), "end": to_time(warm["decided_at"]).max()}
+                 if not warm.empty else None)
+        commands = data.timeline(db, int(every["decided_at"].min()) - 60_000, now)
+        left, right = st.columns([7, 3])
+        left.plotly_chart(charts.overview_timeline(series, GOAL, commands, shade), width="stretch")
+        if commands.empty:
+            left.caption("No command (fault or control) issued while these decisions were made: the timeline "
+                         "row is empty.")
+        else:
+            left.caption("Each command is a diamond at the time it ran (green done, red failed, amber running, "
+                         "grey waiting); a fault the supervisor measured has a bar from the kill to the first "
+                         "new batch with rows, labelled with its recovery time and how (standby or restart).")
+        if summary["n"]:
+            right.plotly_chart(charts.latency_histogram(lat, GOAL), width="stretch")
+            right.caption("Stateful path (`decisions` in the store). The real-time path (`decisions-rt`) is "
+                          "in Kafka only: its p99 per 5 s is on the Fraud page.")
+        else:
+            with right:
+                ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
     else:
         ui.no_data("no decisions in the store — start the simulator and the fraud job.")
 

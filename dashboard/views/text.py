@@ -210,3 +210,49 @@ def rt_guarantee_story(gap: dict | None, totals: dict, guarantee: str | None, mi
                 + (f" (at most {when} after they arrived)" if filled else ""))
         head += "; " + tail
     return head + f"; p99 in the minute after recovery {fmt.duration_ms(gap.get('p99_after_recovery_ms'))}."
+
+
+# --- overview -------------------------------------------------------------------------------------
+
+def starting(row: dict) -> str:
+    """What a Spark job is doing while it starts (from dashboard.data.overview.startup)."""
+    job = row["job"]
+    if row["phase"] == "session":
+        return (f"**{job} job starting** (Spark session starting, no batch yet): process pid {row['pid']} up "
+                f"{fmt.duration_s(row['up_s'])}; the JVM and the SparkSession come up before it takes its lease "
+                "and starts its queries.")
+    return (f"**{job} job starting** (Spark session up, no batch yet): queries started "
+            f"{fmt.duration_s(row['queries_s'])} ago under lease epoch {row['epoch']}; its first batch reads "
+            "the backlog from Kafka and loads its state before any result appears.")
+
+
+def warmup(start: dict, left_out: int) -> str:
+    """The tiles' rule on the warm-up, said on the page."""
+    return (f"Warm-up left out: {fmt.count(left_out)} decision{'s' if left_out != 1 else ''} of transactions "
+            f"produced before the fraud job's first batch of its current instance started "
+            f"({fmt.clock(start['batch_started'])}, batch {start['batch_id']}, lease epoch {start['epoch']}): "
+            "they waited for the job to start, not for a decision. They are shaded on the latency chart and "
+            "not in the tiles or the histogram; a restart's wait is its recovery time on the timeline.")
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+
+def query_health(part) -> str:
+    """What the per-query panels show over their batches, said in words (empty panels explained)."""
+    if part.empty:
+        return "No batch of this query in the last 15 minutes."
+    n = len(part)
+    behind = int((part["processed_rows_per_s"] < part["input_rows_per_s"]).sum())
+    gap = part["watermark_gap_s"].dropna()
+    removed = part["state_rows_removed"].fillna(0).sum()
+    late = part["state_rows_dropped_late"].fillna(0).sum()
+    parts = [f"Over its newest {fmt.count(n)} batches: processed slower than the input in {fmt.count(behind)} "
+             "(backpressure: the query falls behind while that lasts)"]
+    parts.append(f"the watermark trails the newest event by {fmt.duration_s(gap.iloc[-1])} now (its configured "
+                 "delay plus how far the newest event runs ahead)" if not gap.empty else
+                 "no watermark gap: this query has no event-time watermark, so Spark reports none")
+    parts.append(f"{fmt.count(removed)} state rows removed and {fmt.count(late)} rows dropped late"
+                 + (" — none evicted yet: no state row outlived its watermark or TTL in these batches"
+                    if removed == 0 else ""))
+    parts.append(f"median commit {fmt.duration_ms(part['commit_ms'].median())}")
+    return "; ".join(parts) + "."

@@ -1,7 +1,7 @@
 """Spark's StreamingQueryListener, recording every batch's progress in the store.
 
 One row per progress event in `batch_progress`: rates, durations, state rows and memory, rows
-dropped by the watermark, the watermark itself, offsets, and the query's checkpoint. The dashboard
+dropped by the watermark, rows the state evicted, the watermark and the newest event time, offsets, and the query's checkpoint. The dashboard
 and the supervisor (last committed batch, recovery time) read it from there.
 """
 from __future__ import annotations
@@ -38,7 +38,11 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
         # RocksDB's files on disk (what the checkpoint holds), beyond what sits in memory
         "state_disk_bytes": sum(int((op.customMetrics or {}).get("rocksdbSstFileSize", 0) or 0) for op in ops),
         "state_rows_dropped_late": sum(op.numRowsDroppedByWatermark for op in ops),
+        # rows the state operators removed this batch (watermark eviction, TTL expiry, deletes)
+        "state_rows_removed": sum(int(op.numRowsRemoved or 0) for op in ops),
         "watermark": (progress.eventTime or {}).get("watermark"),
+        # the newest event time in the batch (Spark reports it for queries with a watermark)
+        "event_time_max": (progress.eventTime or {}).get("max"),
         "start_offsets": json.dumps([s.startOffset for s in sources]),
         "end_offsets": json.dumps([s.endOffset for s in sources]),
         "checkpoint": checkpoints.get(progress.name or "", ""),

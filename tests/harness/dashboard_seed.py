@@ -289,7 +289,10 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
                 "state_rows": int(stream.ends_at(b.planned)[0] * 2) if eo else 0,
                 "state_memory_bytes": int(stream.ends_at(b.planned)[0] * 2 * 96) if eo else 0,
                 "state_disk_bytes": 0, "state_rows_dropped_late": 0,
+                # the dedupe keys live 600 s behind the newest event, longer than these five minutes
+                "state_rows_removed": 0,
                 "watermark": _iso(b.planned - 600_000) if eo else None,
+                "event_time_max": _iso(b.planned - 40) if eo else None,
                 "start_offsets": _spark_offsets(topics["decisions"], b.start),
                 "end_offsets": _spark_offsets(topics["decisions"], b.end),
                 "checkpoint": f"/run/checkpoints/{query}"})
@@ -302,8 +305,8 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
             "input_rows_per_s": float(n), "processed_rows_per_s": n / 0.25, "duration_ms": 230 + (f * 11) % 50,
             "trigger_ms": 180, "commit_ms": 30 + (f * 3) % 15, "state_rows": min(97, int(n * (f + 1))),
             "state_memory_bytes": (3 + f // 60) * 2**20, "state_disk_bytes": 2**20,
-            "state_rows_dropped_late": 1 if f % 20 == 10 else 0,
-            "watermark": _iso(planned - 40 - WATERMARK_MS),
+            "state_rows_dropped_late": 1 if f % 20 == 10 else 0, "state_rows_removed": 0,
+            "watermark": _iso(planned - 40 - WATERMARK_MS), "event_time_max": _iso(planned - 40),
             "start_offsets": _spark_offsets(topics["transactions"], start),
             "end_offsets": _spark_offsets(topics["transactions"], end), "checkpoint": "/run/checkpoints/fraud/decisions"})
     db["batch_progress"].insert_all(progress, alter=False)
@@ -567,3 +570,77 @@ def seed_fraud_paths(db, now: int, guarantee: str = "at-most-once", crash: bool 
                   "undecided": sum(r["undecided"] or 0 for r in rows if r["path"] == p)}
               for p in ("real-time", "stateful")}
     return FraudPaths(now, guarantee, killed_at, restarted_at, last["gaps"][-1] if last["gaps"] else {}, totals)
+
+
+# --- the first minute of make demo, for the Overview's start-up sentences and warm-up -----------
+
+@dataclass
+class FirstMinute:
+    now: int
+    phase: str
+    sim_started: int
+    lease_at: int | None
+    first_batch_started: int | None
+    warm: int                     # decisions that waited through the start
+    steady: int                   # decisions after it
+
+
+def seed_first_minute(db, now: int, phase: str) -> FirstMinute:
+    """The store as the supervisor, the simulator and the fraud job write it in the first minute of
+    `make demo`: the simulator feeds 40 tx/s from 60 s before `now`; the fraud job's process
+    started 55 s before `now` (job_status), and then, by `phase`:
+    - "session": its SparkSession is still starting: no lease, no batch;
+    - "first-batch": the session is up and it took the lease (epoch 1) 15 s before `now`; its first
+      batch is running: no progress posted, no decision;
+    - "warm": lease 35 s before `now`; its first batch started 1 s later, read the backlog of 26 s
+      (every transaction produced since the simulator started) and committed 20 s later; from then
+      on a batch every second decides what arrived in it (6-14 ms after production)."""
+    sim_started, proc_started = now - 60_000, now - 55_000
+    db["job_status"].insert_all([
+        {"job": "simulator", "status": "running", "pid": 4000, "restarts": 0, "last_batch": None,
+         "started_at": sim_started - 1_000, "updated_at": now - 300, "detail": "started pid 4000"},
+        {"job": "fraud", "status": "running", "pid": 4100, "restarts": 0, "last_batch": None,
+         "started_at": proc_started, "updated_at": now - 300, "detail": "started pid 4100"}], alter=False)
+    if phase == "session":
+        return FirstMinute(now, phase, sim_started, None, None, 0, 0)
+    lease_at = now - (15_000 if phase == "first-batch" else 35_000)
+    db["leases"].insert({"job": "fraud", "epoch": 1, "holder": "host:4100", "taken_at": lease_at,
+                         "renewed_at": now - 200}, alter=False)
+    if phase == "first-batch":
+        return FirstMinute(now, phase, sim_started, lease_at, None, 0, 0)
+    first_started = lease_at + 1_000
+    first_done = first_started + 20_000
+    produced = np.arange(sim_started, now - 1_000, STEP_MS, dtype=np.int64)
+    rnd = random.Random(11)
+    decisions, progress, warm = [], [], 0
+    batch_ends = [first_done] + list(range(first_done + 1_000, now, 1_000))
+    for i, p in enumerate(produced.tolist()):
+        if p < first_started:
+            decided, batch = first_done - 30, 0
+            warm += 1
+        else:
+            decided = int(p + 6 + rnd.random() * 8)
+            k = next((j for j, e in enumerate(batch_ends) if e >= decided), None)
+            if k is None:
+                break
+            batch = k
+        decisions.append({"txn_id": f"txn-{i:06d}", "card_id": f"card-{i % 97:03d}", "merchant_id": f"m-{i % 13}",
+                          "amount_cents": 1_000 + (i * 7) % 9_000, "event_time": int(p) - 40, "produced_at": int(p),
+                          "decided_at": decided, "score_avg_ticket": 0.1, "score_proximity": 0.1,
+                          "score_velocity": 0.1, "score": 0.1, "is_fraud": 0, "is_late": 0, "batch_id": batch})
+    db["decisions"].insert_all(decisions, alter=False)
+    for b, end in enumerate(batch_ends):
+        n = sum(1 for d in decisions if d["batch_id"] == b)
+        duration = 20_000 if b == 0 else 250
+        progress.append({"query": "fraud", "batch_id": b, "ts": end + 10, "num_input_rows": n,
+                         "input_rows_per_s": float(n) / (20 if b == 0 else 1), "processed_rows_per_s": n / (duration / 1000),
+                         "duration_ms": duration, "trigger_ms": duration - 60, "commit_ms": 40, "state_rows": 97,
+                         "state_memory_bytes": 3 * 2**20, "state_disk_bytes": 2**20, "state_rows_dropped_late": 0,
+                         "state_rows_removed": 0, "watermark": _iso(end - 30_000), "event_time_max": _iso(end - 40),
+                         "start_offsets": _spark_offsets("transactions", {0: 0}),
+                         "end_offsets": _spark_offsets("transactions", {0: n}),
+                         "checkpoint": "/run/checkpoints/fraud/decisions"})
+    # Spark posts a batch's progress when the batch ends: its start is ts - duration (10 ms of posting)
+    progress[0]["duration_ms"] = first_done + 10 - first_started
+    db["batch_progress"].insert_all(progress, alter=False)
+    return FirstMinute(now, phase, sim_started, lease_at, first_started, warm, len(decisions) - warm)

@@ -113,7 +113,7 @@ def expected(name: str, s) -> list[str]:
     }[name]
 
 
-MIN_CHARTS = {"overview": 3, "guarantees": 3, "faults": 1, "windows": 2, "checkpoints": 3, "fraud": 2, "controls": 0}
+MIN_CHARTS = {"overview": 2, "guarantees": 3, "faults": 1, "windows": 2, "checkpoints": 3, "fraud": 2, "controls": 0}
 
 
 @pytest.mark.parametrize("name", PAGES)

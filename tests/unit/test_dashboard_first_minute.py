@@ -1,0 +1,119 @@
+"""Issue 19 on a real SQLite store: the Overview says what is starting while it starts, leaves the
+warm-up out of the latency tiles and says so, and draws every command on the latency and throughput
+time axis; the Checkpoints page draws each query's rates, watermark gap, state eviction and commit."""
+from __future__ import annotations
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from controlplane.clock import now_ms
+from controlplane.store import connect
+from dashboard import charts
+from dashboard.data import checkpoints as ckpt
+from dashboard.data import overview as data
+from tests.harness.dashboard_seed import NOW, seed_first_minute, world  # noqa: F401 - a fixture
+from tests.unit.test_dashboard_pages import APP, db_path, dead_broker, text_of  # noqa: F401 - fixtures
+
+
+@pytest.mark.parametrize("phase", ["session", "first-batch", "warm"])
+def test_startup_phase(store, phase):
+    seeded = seed_first_minute(store, NOW, phase)
+    rows = data.startup(store, NOW)
+    if phase == "warm":
+        assert rows == []
+        return
+    assert [r["job"] for r in rows] == ["fraud"] and rows[0]["phase"] == phase and rows[0]["pid"] == 4100
+    assert rows[0]["up_s"] == pytest.approx(55)
+    if phase == "first-batch":
+        assert rows[0]["queries_s"] == pytest.approx((NOW - seeded.lease_at) / 1000) and rows[0]["epoch"] == 1
+
+
+def test_warmup_is_what_waited_through_the_start(store):
+    seeded = seed_first_minute(store, NOW, "warm")
+    start = data.warmup(store)
+    assert start["batch_id"] == 0 and start["batch_started"] == seeded.first_batch_started
+    every = data.recent_latencies(store)
+    steady, warm = data.split_warmup(every, start)
+    assert len(warm) == seeded.warm and len(steady) == seeded.steady
+    assert warm["latency_ms"].min() > 19_000                        # they waited for the first batch
+    summary = data.latency_summary(steady)
+    assert 6 <= summary["p50"] <= 14 and summary["p99"] <= 14 and summary["within_goal"] == 1.0
+    assert data.latency_summary(every)["p99"] > 19_000               # what the tiles would have shown
+
+
+def test_no_warmup_before_a_first_batch(store):
+    seed_first_minute(store, NOW, "first-batch")
+    assert data.warmup(store) is None
+
+
+def test_timeline_joins_commands_and_recoveries(world):
+    db, seeded, _ = world
+    tl = data.timeline(db, NOW - 400_000, NOW)
+    assert list(tl["kind"]) == ["set-rate", "bad-input", "crash"]
+    crash = tl.iloc[-1]
+    assert crash["status"] == "done" and crash["via"] == "restart" and crash["killed_at"] == seeded.fault_at
+    assert crash["recovered_s"] == pytest.approx((crash["recovered_at"] - seeded.fault_at) / 1000)
+    assert tl.iloc[0][["recovered_s"]].isna().all()
+    series = data.latency_series(data.recent_latencies(db))
+    fig = charts.overview_timeline(series, 20, tl)
+    assert [a.title.text for a in (fig.layout.yaxis, fig.layout.yaxis2, fig.layout.yaxis3)] == \
+        ["latency (ms)", "decisions/s", "command"]
+    assert fig.layout.xaxis3.title.text == "time (UTC)"
+    assert any(t.text and "recovered in" in (t.text[-1] or "") for t in fig.data if getattr(t, "mode", None) == "lines+text")
+
+
+def test_query_health_series(world):
+    db, _, _ = world
+    df = ckpt.batches(db, NOW)
+    fraud = df[df["query"] == "fraud"]
+    assert fraud["watermark_gap_s"].dropna().round(1).eq(30.0).all()       # the fraud job's 30 s watermark
+    eo = df[df["query"] == "usage-exactly-once"]
+    assert eo["watermark_gap_s"].dropna().between(599, 601).all()          # the 600 s dedupe horizon
+    assert df[df["query"] == "usage-at-most-once"]["watermark_gap_s"].isna().all()
+    fig = charts.query_health(fraud, "fraud")
+    titles = [fig.layout[f"yaxis{i}"].title.text for i in ("", 2, 3, 4)]
+    assert titles == ["rows/s", "gap (s)", "rows", "duration (ms)"]
+
+
+def _page(name: str | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    if name:
+        at.switch_page(f"views/{name}.py")
+        at.run()
+    return at
+
+
+@pytest.mark.parametrize("phase,words", [
+    ("session", ["fraud job starting", "Spark session starting, no batch yet", "pid 4100"]),
+    ("first-batch", ["fraud job starting", "Spark session up, no batch yet", "lease epoch 1"]),
+    ("warm", ["Warm-up left out", "decisions after the warm-up", "within 20 ms"]),
+])
+def test_overview_in_the_first_minute(db_path, dead_broker, phase, words):
+    db = connect(db_path)
+    try:
+        seeded = seed_first_minute(db, now_ms(), phase)
+    finally:
+        db.conn.close()
+    at = _page()
+    shown = text_of(at)
+    assert not at.exception, at.exception
+    for w in words:
+        assert w in shown, (w, shown[:2000])
+    if phase == "warm":
+        assert f"{seeded.warm:,} decisions" in shown
+        p99 = next(m for m in at.metric if m.label == "Latency p99")
+        assert p99.value.endswith(" ms") and float(p99.value.split()[0]) <= 14
+    else:
+        assert "no decisions in the store" in shown
+
+
+def test_checkpoints_page_per_query(db_path, dead_broker):
+    from tests.unit.test_dashboard_pages import seed
+    seed(db_path)
+    at = _page("checkpoints")
+    assert not at.exception
+    shown = text_of(at)
+    assert "Per query" in shown and "the watermark trails the newest event by 30.0 s" in shown
+    at.selectbox(key="health_query").set_value("usage-at-most-once").run()
+    assert "no event-time watermark" in text_of(at)
