@@ -71,6 +71,24 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                "checkpoint_id": str, "committed_batch": int}, ("ts", "job", "guarantee", "metric")),
     # dead letters seen by the fraud job, counted by reason
     "dead_letters": ({"reason": str, "count": int, "updated_at": int}, "reason"),
+    # every failure of a streaming query, as its job's QueryRunner saw it: the batch it failed on
+    # (id and Kafka range, from Spark's offset log), the error signature (exception class and
+    # first message line), how many identical failures in a row it makes, and what the runner did
+    # (restart, quarantine, not reproduced, give up)
+    "query_failures": ({"id": int, "job": str, "query": str, "checkpoint_id": str, "batch_id": int,
+                        "start_offsets": str, "end_offsets": str, "error": str, "in_a_row": int,
+                        "action": str, "epoch": int, "ts": int}, "id"),
+    # poison batches (pipelines/engine/poison.py): a batch that failed POISON_BATCH_FAILURES times
+    # the same way, the records of it that fail on their own (JSON list of partition, offset,
+    # txn_id, reason) and what became of them. status: pending (found, not yet in the dead-letter
+    # topic), dead-lettered (sent, and excluded from the query's source from then on), not
+    # reproduced (no record fails alone: nothing dead-lettered). attempts / last_error: the
+    # dead-letter sends tried and the last one's error.
+    "quarantines": ({"id": int, "job": str, "query": str, "checkpoint_id": str, "batch_id": int,
+                     "start_offsets": str, "end_offsets": str, "error": str, "failures": int,
+                     "batch_records": int, "records": str, "dead_lettered": int, "status": str,
+                     "attempts": int, "last_error": str, "created_at": int, "done_at": int,
+                     "epoch": int}, "id"),
     # recovery time per injected fault (via: "standby" when a warm standby took over, else "restart")
     "recoveries": ({"id": int, "job": str, "fault": str, "killed_at": int, "recovered_at": int,
                     "seconds": float, "via": str, "command_id": int}, "id"),
@@ -141,7 +159,8 @@ INDEXES = [("decisions", ["decided_at"]), ("decisions", ["is_fraud", "decided_at
            ("sink_batches", ["sink", "checkpoint_id", "batch_id"]),
            # the dashboard's bounded reads (recent batches, audit series, windows)
            ("batch_progress", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"]),
-           ("fraud_paths", ["bucket"])]
+           ("fraud_paths", ["bucket"]), ("quarantines", ["query", "checkpoint_id", "batch_id"]),
+           ("query_failures", ["query", "ts"])]
 
 # Changes the declarative TABLES cannot express (drops, renames); applied once per store, in order.
 MIGRATIONS = Migrations("cardstream")

@@ -104,6 +104,9 @@ class Settings:
     validation_future_seconds: int = 300
     # The fraud job's default bound on Kafka records per micro-batch (--max-offsets-per-trigger)
     max_offsets_per_trigger: int = 20_000
+    # The poison-batch rule: this many identical failures of one batch in a row, and the job
+    # dead-letters that batch's records that fail on their own (pipelines/engine/poison.py)
+    poison_batch_failures: int = 3
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -149,6 +152,7 @@ def load(env: dict | None = None) -> Settings:
         validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),
         validation_future_seconds=_int(env, "VALIDATION_FUTURE_SECONDS", 300),
         max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),
+        poison_batch_failures=_int(env, "POISON_BATCH_FAILURES", 3),
         topic_replication=_int(env, "TOPIC_REPLICATION", 1),
         fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-most-once",
         fraud_mode=env.get("FRAUD_MODE") or "microbatch",

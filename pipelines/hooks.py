@@ -9,6 +9,10 @@ arms the hooks, and the sinks consult them in foreachBatch:
 - `sink-down seconds=N`: the shared SinkGate rejects every sink write for N seconds.
 - `task-failure [guarantee=...]`: the next non-empty batch of each targeted query (default: every
   query) raises inside a Spark task (F.raise_error in the batch's plan).
+- `poison-pill` (fraud): the job sends itself a valid transaction (`send_poison`, set by the job)
+  and, from then on, its per-record logic raises `PoisonPillError` on every batch that holds it,
+  as a bug meeting one record would: the same batch fails the same way on every replay until the
+  poison-batch rule dead-letters the record (`poison_done` then finishes the command).
 """
 from __future__ import annotations
 
@@ -22,6 +26,10 @@ from controlplane.store import connect
 from pipelines.guarantees import AT_LEAST_ONCE, SinkGate
 
 log = logging.getLogger(__name__)
+
+
+class PoisonPillError(RuntimeError):
+    """What the poison-pill fault's transaction makes the fraud job's code raise."""
 
 
 class Faults:
@@ -39,6 +47,8 @@ class Faults:
         self._lock = threading.Lock()
         self._crash: tuple[int, str] | None = None       # (command id, target query)
         self._task_failures: dict[str, int] = {}          # target query -> command id
+        self._poison: dict[str, int] = {}                  # poison txn_id -> command id
+        self.send_poison = None                            # job-supplied: send(txn_id) a valid transaction
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -56,11 +66,29 @@ class Faults:
             elif command.kind == "task-failure":
                 for name in [target] if target else self.queries:
                     self._task_failures[name] = command.id
+            elif command.kind == "poison-pill":
+                self._poison[f"poison-pill-{command.id}"] = command.id  # armed before it can be read
             elif command.kind == "sink-down":
                 seconds = float(command.param("seconds"))
                 self.gate.take_down(seconds)
                 commands.finish(db, command.id, f"sink rejects writes for {seconds:g} s")
                 log.warning("%s: sink down for %g s", self.job, seconds)
+
+        if command.kind == "poison-pill":
+            self._send_poison(db, command.id)
+
+    def _send_poison(self, db, command_id: int) -> None:
+        txn_id = f"poison-pill-{command_id}"
+        try:
+            if self.send_poison is None:
+                raise RuntimeError(f"the {self.job} job cannot send a poison pill")
+            self.send_poison(txn_id)
+        except Exception as exc:  # noqa: BLE001 - the command fails, the job goes on
+            with self._lock:
+                self._poison.pop(txn_id, None)
+            commands.finish(db, command_id, f"could not send the poison transaction: {exc}", ok=False)
+            return
+        log.warning("%s: poison-pill: sent transaction %s, which the job's code fails on", self.job, txn_id)
 
     def poll_once(self, db) -> int:
         claimed = commands.claim(db, faults.claims(faults.JOB, self.job), job=self.job)
@@ -97,6 +125,25 @@ class Faults:
             pending = command_id in self._task_failures.values()
         if not pending:
             commands.finish(db, command_id, f"{query} batch {batch_id} failed inside a task")
+
+    def check_poison(self, txn_ids) -> None:
+        """Raise PoisonPillError when one of these transactions is an armed poison pill (called by
+        the job's per-record logic, in the stream and when the rule isolates records alike)."""
+        with self._lock:
+            if not self._poison:
+                return
+            hit = next((t for t in txn_ids if t in self._poison), None)
+            command_id = self._poison.get(hit) if hit is not None else None
+        if hit is not None:
+            raise PoisonPillError(f"transaction {hit} meets a bug in the {self.job} job's code "
+                                  f"(poison-pill command {command_id})")
+
+    def poison_done(self, db, txn_ids, result: str) -> None:
+        """The poison-batch rule dead-lettered these transactions: finish their commands."""
+        with self._lock:
+            done = [self._poison[t] for t in txn_ids if t in self._poison]
+        for command_id in done:
+            commands.finish(db, command_id, result)
 
     def after_sink(self, db, query: str, batch_id: int, rows: int) -> None:
         """Called right after a sink write: SIGKILL this process if crash-after-sink targets it."""

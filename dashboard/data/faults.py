@@ -68,3 +68,59 @@ def rejected_total(db) -> int:
 def dead_letters(db) -> pd.DataFrame:
     """Malformed input the fraud job sent to the dead-letter topic, counted by reason."""
     return frame(db, "SELECT reason, count, updated_at FROM dead_letters ORDER BY count DESC LIMIT 50")
+
+
+def quarantines(db, limit: int = 20) -> pd.DataFrame:
+    """Poison batches (the poison-batch rule), newest first: the query and batch, its Kafka range,
+    how many identical failures made it poison, the records dead-lettered and their reason (or why
+    none was), and when."""
+    df = frame(db, "SELECT id, query, batch_id, start_offsets, end_offsets, error, failures, batch_records, "
+                   "records, dead_lettered, status, attempts, last_error, created_at, done_at "
+                   "FROM quarantines ORDER BY id DESC LIMIT ?", [limit])
+    df["offsets"] = [offset_range(a, b) for a, b in zip(df["start_offsets"], df["end_offsets"])]
+    df["reason"] = [_reason(r, e, s) for r, e, s in zip(df["records"], df["error"], df["status"])]
+    df["when"] = to_time(df["created_at"])
+    return df
+
+
+def _reason(records: str | None, error: str | None, status: str) -> str:
+    try:
+        reasons = sorted({r["reason"] for r in json.loads(records or "[]")})
+    except (ValueError, TypeError, KeyError):
+        reasons = []
+    if reasons:
+        return "; ".join(reasons[:3]) + (f" (+{len(reasons) - 3} more)" if len(reasons) > 3 else "")
+    if status == "not reproduced":
+        return f"no record fails on its own: nothing dead-lettered ({error})"
+    return error or ""
+
+
+def offset_range(start: str | None, end: str | None) -> str:
+    """`p0 10–20, p1 4–9`: the batch's Kafka range per partition that held records (end exclusive)."""
+    try:
+        a, b = json.loads(start or "{}"), json.loads(end or "{}")
+    except ValueError:
+        return ""
+    out = []
+    for topic, parts in b.items():
+        for p, e in sorted(parts.items(), key=lambda kv: int(kv[0])):
+            s = (a.get(topic) or {}).get(p, (a.get(topic) or {}).get(str(p), 0))
+            if e > s:
+                out.append(f"p{p} {s}–{e}")
+    return ", ".join(out)
+
+
+def dead_letter_send_failures(db) -> int:
+    """Dead-letter sends that failed and were retried: failed batches of the dead-letter queries,
+    and failed sends of poison records (a quarantine's attempts beyond its successful one)."""
+    batches = scalar(db, "SELECT COUNT(*) FROM query_failures WHERE query LIKE '%-dlq'") or 0
+    poison = scalar(db, "SELECT SUM(attempts - (status = 'dead-lettered')) FROM quarantines") or 0
+    return int(batches) + int(poison)
+
+
+def query_failures(db, limit: int = 20) -> pd.DataFrame:
+    """Recent failures of streaming queries as their job's runner saw them, newest first."""
+    df = frame(db, "SELECT id, job, query, batch_id, error, in_a_row, action, ts FROM query_failures "
+                   "ORDER BY id DESC LIMIT ?", [limit])
+    df["when"] = to_time(df["ts"])
+    return df

@@ -71,6 +71,23 @@ def draw(db, s):
         if not dl.empty:
             st.dataframe(dl[["reason", "count"]], hide_index=True, width="stretch",
                          column_config={"count": st.column_config.NumberColumn(format="localized")})
+        st.metric("Dead-letter sends failed", fmt.count(data.dead_letter_send_failures(db)), border=True,
+                  help="Dead-letter batches (and poison records) whose Kafka transaction failed; each is retried "
+                       "until it is sent, and decisions go on meanwhile.")
+
+    st.subheader("Poison batches")
+    q = data.quarantines(db)
+    if q.empty:
+        ui.no_data(f"no batch has failed {s.poison_batch_failures} times the same way (inject poison-pill).")
+    else:
+        st.dataframe(q[["when", "query", "batch_id", "offsets", "failures", "dead_lettered", "reason", "status"]],
+                     hide_index=True, width="stretch",
+                     column_config={"when": st.column_config.DatetimeColumn("when (UTC)", format="HH:mm:ss"),
+                                    "batch_id": st.column_config.NumberColumn("batch", format="%d"),
+                                    "offsets": st.column_config.TextColumn("Kafka range"),
+                                    "failures": st.column_config.NumberColumn("failed", format="%d ×"),
+                                    "dead_lettered": st.column_config.NumberColumn("dead-lettered", format="%d")})
+        st.caption(text.poison_batches(q, s.poison_batch_failures))
 
 
 ui.live(draw)

@@ -212,6 +212,24 @@ def rt_guarantee_story(gap: dict | None, totals: dict, guarantee: str | None, mi
     return head + f"; p99 in the minute after recovery {fmt.duration_ms(gap.get('p99_after_recovery_ms'))}."
 
 
+def poison_batches(q, threshold: int) -> str:
+    """What the poison-batch rule did, in one sentence over the quarantines shown."""
+    done = q[q["status"] == "dead-lettered"]
+    pending = q[q["status"] == "pending"]
+    unexplained = q[q["status"] == "not reproduced"]
+    parts = [f"A batch that fails {threshold} times in a row the same way on the same offsets is poison: its "
+             f"records that fail on their own go to the dead-letter topic with the exception as reason, and "
+             f"the query restarts without them"]
+    if len(done):
+        parts.append(f"{int(done['dead_lettered'].sum()):,} record(s) of {len(done):,} batch(es) dead-lettered")
+    if len(pending):
+        parts.append(f"{len(pending):,} waiting for their dead-letter send (retried at the next failure)")
+    if len(unexplained):
+        parts.append(f"{len(unexplained):,} failed with no record failing alone: nothing dead-lettered, "
+                     f"the restart policy goes on")
+    return "; ".join(parts) + "."
+
+
 # --- overview -------------------------------------------------------------------------------------
 
 def starting(row: dict) -> str:

@@ -74,6 +74,15 @@ def batch_end(checkpoint: Path | str, batch_id: int, source: int = 0) -> Offsets
     return _offsets(lines[1 + source]) if len(lines) > 1 + source else {}
 
 
+def batch_timestamp(checkpoint: Path | str, batch_id: int) -> int | None:
+    """The batch's own processing time in ms (`current_timestamp()` inside it, kept on replay)."""
+    lines = _read_log(Path(checkpoint, "offsets", str(batch_id)))
+    try:
+        return int(json.loads(lines[0])["batchTimestampMs"]) if lines else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def batch_range(checkpoint: Path | str, batch_id: int) -> tuple[Offsets, Offsets]:
     """(start, end) offsets of one batch: start inclusive, end exclusive."""
     end = batch_end(checkpoint, batch_id)

@@ -17,6 +17,7 @@ stateful path keeps deciding into the store and `decisions`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -29,14 +30,16 @@ from pathlib import Path
 
 from controlplane import fencing, ledger
 from controlplane.store import connect
-from infra import logs
+from infra import kafka_client, logs
 from infra.config import Settings, load
 from infra.contracts import RT_GUARANTEES as REALTIME_GUARANTEES
 from pipelines.engine import checkpoints
-from pipelines.engine.runner import EXIT_SUPERSEDED, QueryRunner
+from pipelines.engine.poison import Streaks
+from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import warm_up
 from pipelines.engine.standby import Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.processor import make_processor
+from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks
 from pipelines.fraud.state import SCORED_DDL
 from pipelines.hooks import Faults
@@ -115,18 +118,21 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    a.markers_topic, a.realtime_topic, a.guarantee, a.standby)
 
 
-def build_scored(spark, o: Options, s: Settings):
-    """Kafka -> (valid transactions scored per card, malformed records) as two streaming frames."""
+def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
+    """Kafka -> (valid transactions scored per card, malformed records) as two streaming frames.
+
+    `exclude`: a condition on the Kafka records' partition and offset (the poison records the
+    poison-batch rule dead-lettered), applied right after the source, before anything stateful.
+    """
     from pyspark.sql import functions as F
 
     from pipelines.engine.sources import parse_transactions, read_kafka
 
-    parsed = parse_transactions(read_kafka(spark, o.transactions_topic, s,
-                                           starting_offsets=o.starting_offsets,
-                                           # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a
-                                           # backlog drains in batches of bounded memory
-                                           max_offsets_per_trigger=o.max_offsets_per_trigger
-                                           or s.max_offsets_per_trigger))
+    source = read_kafka(spark, o.transactions_topic, s, starting_offsets=o.starting_offsets,
+                        # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a backlog drains in
+                        # batches of bounded memory
+                        max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
+    parsed = parse_transactions(source.where(exclude) if exclude else source)
     bad = parsed.where(F.col("dlq_reason").isNotNull())
     valid = (parsed.where(F.col("dlq_reason").isNull())
              .withColumn("event_ts", F.timestamp_millis("event_time"))
@@ -141,26 +147,45 @@ def build_scored(spark, o: Options, s: Settings):
     return scored, bad
 
 
-def starters(spark, o: Options, s: Settings, sinks: Sinks) -> dict:
-    """{query name: start(restart)} for the decisions query and the dead-letter query."""
+def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None) -> dict:
+    """{query name: start(restart)} for the decisions query and the dead-letter query. With the
+    poison-batch rule (`poison`, `quarantine`), each handler's own exception is recorded and the
+    decisions query starts without the records it dead-lettered."""
+    guard = poison.recorder.guard if poison else (lambda name, handler: handler)
+
     def trigger(writer, seconds):
         if o.available_now:
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=f"{int(seconds * 1000)} milliseconds")
 
     def decisions(restart=False):
-        scored, _ = build_scored(spark, o, s)
+        excluded = quarantine.excluded() if quarantine else None
+        if excluded:
+            log.info("decisions query starts without the poison records: %s", excluded[:200])
+        scored, _ = build_scored(spark, o, s, excluded)
         return trigger(scored.writeStream.queryName(JOB)
                        .option("checkpointLocation", str(o.checkpoint / "decisions"))
-                       .foreachBatch(sinks.decisions), o.trigger_seconds).start()
+                       .foreachBatch(guard(JOB, sinks.decisions)), o.trigger_seconds).start()
 
     def dead_letters(restart=False):
         _, bad = build_scored(spark, o, s)
         return trigger(bad.writeStream.queryName(f"{JOB}-dlq")
                        .option("checkpointLocation", str(o.checkpoint / "dlq"))
-                       .foreachBatch(sinks.dead_letters), max(o.trigger_seconds, 1.0)).start()
+                       .foreachBatch(guard(f"{JOB}-dlq", sinks.dead_letters)), max(o.trigger_seconds, 1.0)).start()
 
     return {JOB: decisions, f"{JOB}-dlq": dead_letters}
+
+
+def send_poison(s: Settings, topic: str, txn_id: str) -> None:
+    """The poison-pill fault's transaction: valid by the contract, keyed like any other."""
+    now = int(time.time() * 1000)
+    txn = {"txn_id": txn_id, "card_id": f"card-{txn_id}", "merchant_id": "m-poison-pill", "amount_cents": 1_999,
+           "currency": "EUR", "lat": 48.8566, "lon": 2.3522, "event_time": now, "produced_at": now}
+    producer = kafka_client.producer(s, acks="all")
+    try:
+        producer.send(topic, key=txn["card_id"].encode(), value=json.dumps(txn).encode()).get(timeout=30)
+    finally:
+        producer.close(timeout=5)
 
 
 def wait_for_listener(queries, db, timeout_s: float = 10.0) -> None:
@@ -234,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         # and is throttled so it cannot starve it: a slower trigger, a bounded batch.
         o = replace(o, trigger_seconds=max(o.trigger_seconds, REALTIME_STATEFUL_TRIGGER_S),
                     max_offsets_per_trigger=o.max_offsets_per_trigger or REALTIME_STATEFUL_MAX_OFFSETS)
-    start = starters(spark, o, s, sinks)
+    poison = Poison(Streaks(s.poison_batch_failures),
+                    {JOB: o.checkpoint / "decisions", f"{JOB}-dlq": o.checkpoint / "dlq"})
+    quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
+    poison.quarantine[JOB] = quarantine
+    faults.send_poison = lambda txn_id: send_poison(s, o.transactions_topic, txn_id)
+    start = starters(spark, o, s, sinks, poison, quarantine)
     if o.mode == "realtime":
         from pipelines.fraud import realtime
 
@@ -250,9 +280,12 @@ def main(argv: list[str] | None = None) -> int:
             return query
 
         start[realtime.QUERY] = start_realtime
+    # the dead-letter query never gives up: a dead-letter send that keeps failing must not stop
+    # decisions (each failure is retried, counted in query_failures and shown on the Faults page)
     runner = QueryRunner(JOB, db, epoch, start, stop,
                          finished=lambda qs: o.available_now and all(
-                             not q.isActive and q.exception() is None for q in qs))
+                             not q.isActive and q.exception() is None for q in qs),
+                         poison=poison, retry_forever=(f"{JOB}-dlq",))
     runner.start()
     faults.start()
     log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s%s", o.mode, epoch, o.transactions_topic,

@@ -246,7 +246,7 @@ class Sinks:
             return
         rows = table.to_pylist()
         decided_at = now_ms()
-        records = decision_records(rows, decided_at, batch_id)
+        records, payloads = self.decide(rows, decided_at, batch_id)
         checkpoint = self.o.checkpoint / "decisions"
         batch = replace(checkpoints.ledger_batch(JOB, checkpoint, batch_id), processed=len(records),
                         fraud=sum(d["is_fraud"] for d in records))
@@ -257,8 +257,6 @@ class Sinks:
                     conn.executemany(_INSERT, [tuple(d[c] for c in DECISION_COLUMNS) for d in records])
                     if self.write_profiles:
                         write_profiles(conn, rows)
-            payloads = [(d["txn_id"].encode(), json.dumps({k: d[k] for k in DECISION_FIELDS}).encode())
-                        for d in records]
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(batch_id, payloads)
         except (fencing.FencedError, Fenced) as exc:
             self.fenced(self.db, exc, what)
@@ -267,6 +265,17 @@ class Sinks:
         self.fraud += batch.fraud
         if self.faults:
             self.faults.after_sink(self.db, JOB, batch_id, len(records))
+
+    def decide(self, rows: list[dict], decided_at: int, batch_id: int) -> tuple[list[dict], list[tuple]]:
+        """The per-record part of a decisions batch, on the driver: scored rows -> decisions and
+        their Kafka payloads. The poison-batch rule runs the same function on single records to
+        find the ones a failing batch cannot process (pipelines/fraud/quarantine.py)."""
+        records = decision_records(rows, decided_at, batch_id)
+        if self.faults:
+            self.faults.check_poison(d["txn_id"] for d in records)
+        payloads = [(d["txn_id"].encode(), json.dumps({k: d[k] for k in DECISION_FIELDS}).encode())
+                    for d in records]
+        return records, payloads
 
     def dead_letters(self, batch_df, batch_id: int) -> None:
         rows = batch_df.select("raw", "dlq_reason", "partition", "offset").toArrow().to_pylist()

@@ -572,6 +572,49 @@ def seed_fraud_paths(db, now: int, guarantee: str = "at-most-once", crash: bool 
     return FraudPaths(now, guarantee, killed_at, restarted_at, last["gaps"][-1] if last["gaps"] else {}, totals)
 
 
+POISON_BATCH = 40  # the fraud batch the seeded poison pill was in
+
+
+def seed_poison(db, now: int, failures: int = 3) -> dict:
+    """What the poison-batch rule leaves in the store after a `poison-pill` command: the command,
+    `failures` identical failures of one fraud batch (restart, restart, quarantine), the quarantine
+    with its one dead-lettered record, its dead-letter count; and one failed dead-letter batch of
+    the fraud-dlq query (retried). As `pipelines.engine.runner` and `pipelines.fraud.quarantine`
+    write them."""
+    issued = now - 60_000
+    command = db["commands"].insert({"kind": "poison-pill", "job": "fraud", "params": "{}", "status": "done",
+                                     "issued_at": issued, "started_at": issued + 200, "done_at": issued + 21_000,
+                                     "result": ""}, alter=False).last_pk
+    txn_id = f"poison-pill-{command}"
+    start, end = {"transactions": {"0": 812, "1": 790}}, {"transactions": {"0": 840, "1": 815}}
+    error = f"PoisonPillError: transaction {txn_id} meets a bug in the fraud job's code (poison-pill command {command})"
+    reason = f"poison batch: {error}"
+    db["commands"].update(command, {"result": f"1 record(s) of batch {POISON_BATCH} dead-lettered after {failures} "
+                                              f"identical failures ({txn_id})"})
+    for n in range(1, failures + 1):
+        db["query_failures"].insert({"job": "fraud", "query": "fraud", "checkpoint_id": "ckpt-fraud",
+                                     "batch_id": POISON_BATCH, "start_offsets": json.dumps(start),
+                                     "end_offsets": json.dumps(end), "error": error, "in_a_row": n,
+                                     "action": "quarantine" if n == failures else "restart", "epoch": 1,
+                                     "ts": issued + 1_000 + 2_000 * (2 ** n - 1)}, alter=False)
+    db["query_failures"].insert({"job": "fraud", "query": "fraud-dlq", "checkpoint_id": "ckpt-dlq", "batch_id": 7,
+                                 "start_offsets": "{}", "end_offsets": "{}", "in_a_row": 1, "action": "restart",
+                                 "error": "KafkaTimeoutError: Timeout after waiting for 60000 secs.",
+                                 "epoch": 1, "ts": issued - 30_000}, alter=False)
+    letter = {"reason": reason, "raw": json.dumps({"txn_id": txn_id}), "raw_encoding": "utf-8", "raw_bytes": 180,
+              "raw_truncated": False, "partition": 0, "offset": 839, "topic": "transactions", "ts": issued + 20_000}
+    db["quarantines"].insert({"job": "fraud", "query": "fraud", "checkpoint_id": "ckpt-fraud",
+                              "batch_id": POISON_BATCH, "start_offsets": json.dumps(start),
+                              "end_offsets": json.dumps(end), "error": error, "failures": failures,
+                              "batch_records": 53, "status": "dead-lettered", "dead_lettered": 1, "attempts": 1,
+                              "records": json.dumps([{"partition": 0, "offset": 839, "txn_id": txn_id,
+                                                      "reason": reason, "letter": letter}]),
+                              "last_error": None, "created_at": issued + 19_500, "done_at": issued + 20_500,
+                              "epoch": 1}, alter=False)
+    db["dead_letters"].insert({"reason": reason, "count": 1, "updated_at": issued + 20_500}, alter=False)
+    return {"command": command, "txn_id": txn_id, "reason": reason}
+
+
 # --- the first minute of make demo, for the Overview's start-up sentences and warm-up -----------
 
 @dataclass

@@ -12,7 +12,7 @@ from dashboard import forms
 from dashboard.data import faults as data, kafka
 from dashboard.views import text
 from infra.config import load
-from tests.harness.dashboard_seed import BAD, NOW, seed_store
+from tests.harness.dashboard_seed import BAD, NOW, POISON_BATCH, seed_poison, seed_store
 
 
 @pytest.fixture
@@ -79,3 +79,54 @@ def test_every_input_comes_from_the_catalogue():
                 assert f"{p.name}={p.default}" not in source.replace(" ", "")
                 assert f"{p.name}={p.default:g}" not in source.replace(" ", "")
     assert defaults  # the catalogue has defaults to check
+
+
+def test_poison_batches_and_dead_letter_send_failures(store):
+    assert data.quarantines(store).empty and data.dead_letter_send_failures(store) == 0
+    assert data.query_failures(store).empty
+    poison = seed_poison(store, NOW)
+    q = data.quarantines(store)
+    assert len(q) == 1
+    row = q.iloc[0]
+    assert (row["query"], row["batch_id"], row["failures"], row["dead_lettered"]) == ("fraud", POISON_BATCH, 3, 1)
+    assert row["offsets"] == "p0 812–840, p1 790–815"
+    assert row["reason"] == poison["reason"] and row["reason"].startswith("poison batch: PoisonPillError: ")
+    assert data.dead_letter_send_failures(store) == 1        # the fraud-dlq batch that failed once
+    assert list(data.query_failures(store)["action"]) == ["restart", "quarantine", "restart", "restart"]
+    # a quarantine whose dead-letter send failed twice, then went through: two more failed sends
+    store.conn.execute("UPDATE quarantines SET attempts = 3")
+    assert data.dead_letter_send_failures(store) == 3
+    store.conn.execute("UPDATE quarantines SET status = 'not reproduced', records = '[]', dead_lettered = 0, attempts = 0")
+    assert data.quarantines(store).iloc[0]["reason"].startswith("no record fails on its own: nothing dead-lettered")
+    sentence = text.poison_batches(data.quarantines(store), 3)
+    assert "fails 3 times in a row" in sentence and "nothing dead-lettered" in sentence
+
+
+def test_the_faults_page_shows_poison_batches(store, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from controlplane.store import connect
+    from tests.unit.test_dashboard_pages import APP
+
+    path = tmp_path / "dash.db"
+    for name, value in {"CARDSTREAM_DB": str(path), "CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
+                        "DASHBOARD_HOST": "127.0.0.1", "KAFKA_BOOTSTRAP": f"127.0.0.1:{closed_port()}"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DASHBOARD_TOKEN", raising=False)
+    db = connect(path)
+    seed_store(db, NOW, checkpoint_root=tmp_path / "checkpoints")
+    poison = seed_poison(db, NOW)
+    db.conn.close()
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("views/faults.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [s.value for s in at.subheader if s.value == "Poison batches"]
+    [table] = [d.value for d in at.dataframe if "Kafka range" in d.value.columns or "offsets" in d.value.columns]
+    assert list(table["batch_id"]) == [POISON_BATCH] and list(table["reason"]) == [poison["reason"]]
+    assert list(table["dead_lettered"]) == [1] and list(table["status"]) == ["dead-lettered"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Dead-letter sends failed"] == "1"
+    captions = " ".join(c.value for c in at.caption)
+    assert "1 record(s) of 1 batch(es) dead-lettered" in captions
