@@ -97,7 +97,7 @@ def causes(found: list[dict]) -> list[str]:
             out.append(text)
         elif c["kind"] == "start":
             out.append(f"{c['job']} restarted at {fmt.clock(c['at'])}")
-    out += [f"{r['job']} killed by {r['fault']} at {fmt.clock(r['at'])}, batches again "
+    out += [f"{r['job']} {'exited' if r['fault'] == 'exit' else 'killed by ' + r['fault']} at {fmt.clock(r['at'])}, batches again "
             f"{fmt.duration_s(r['seconds'])} later{_how(r)}" for r in recoveries if id(r) not in told]
     return out
 

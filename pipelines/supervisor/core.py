@@ -93,6 +93,8 @@ class Supervisor:
                 log.error("%s %s", child.job, child.detail)
                 self._write_status(child)
                 continue
+            if not child.expected_exit and child.job != "simulator":
+                self.faults.unplanned_exit(child.job, standby=self.ready_standby(child.job) is not None)
             if self.promote(child, f"exited with code {code} after {lived:.0f} s"):
                 continue
             delay = (self.s.restart_delay_seconds if child.expected_exit

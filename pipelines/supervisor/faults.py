@@ -227,6 +227,17 @@ class FaultExecutor:
                 pass
         return [z.proc for z in self.zombies]
 
+    def unplanned_exit(self, job: str, standby: bool, within_ms: int = 30_000) -> None:
+        """A job exited without the supervisor's SIGKILL: measure its recovery too, under the
+        in-job fault that just ran for it (crash-after-sink's own kill), or as an `exit`."""
+        at = now_ms()
+        kinds = faults.claims(faults.JOB)
+        marks = ",".join("?" for _ in kinds)
+        row = self.db.execute(f"SELECT id, kind FROM commands WHERE job = ? AND kind IN ({marks}) AND status = 'done' "
+                              f"AND done_at >= ? ORDER BY done_at DESC LIMIT 1", [job, *kinds, at - within_ms]).fetchone()
+        self.recoveries.append(PendingRecovery(job, row[1] if row else "exit", at, row[0] if row else None,
+                                               "standby" if standby else "restart"))
+
     def detect_recoveries(self) -> None:
         for rec in list(self.recoveries):
             pattern = "usage-%" if rec.job == "usage" else rec.job

@@ -89,3 +89,8 @@ def test_causes_say_when_a_warm_standby_took_over():
     assert text.causes([cmd, rec]) == ["crash #5 on fraud at 00:00:01 (batches again 3.0 s after the kill, "
                                        "its warm standby took over)"]
     assert text.causes([{**rec, "via": "restart"}]) == ["fraud killed by crash at 00:00:01, batches again 3.0 s later"]
+
+
+def test_causes_say_a_job_exited_when_no_fault_killed_it():
+    rec = {"kind": "recovery", "job": "usage", "fault": "exit", "at": 1_000, "until": 4_000, "seconds": 3.0}
+    assert text.causes([rec]) == ["usage exited at 00:00:01, batches again 3.0 s later"]

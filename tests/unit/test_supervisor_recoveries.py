@@ -1,0 +1,34 @@
+"""Recoveries the supervisor measures when a job exits by itself: attributed to the in-job fault
+that just ran for it (crash-after-sink's own kill) or called an `exit`, and how it came back."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from controlplane import commands
+from controlplane.store import connect
+from infra.config import load
+from pipelines.supervisor.faults import FaultExecutor
+
+
+def executor(tmp_path) -> FaultExecutor:
+    db = connect(tmp_path / "store.db")
+    return FaultExecutor(SimpleNamespace(db=db, s=load()))
+
+
+def test_an_exit_right_after_crash_after_sink_is_that_fault_and_its_command(tmp_path):
+    ex = executor(tmp_path)
+    cid = commands.issue(ex.db, "crash-after-sink", "usage", guarantee="at-least-once")
+    commands.claim(ex.db, ("crash-after-sink",), "usage")
+    commands.finish(ex.db, cid, "SIGKILL after the sink write")
+    ex.unplanned_exit("usage", standby=True)
+    (rec,) = ex.recoveries
+    assert (rec.job, rec.fault, rec.command_id, rec.via) == ("usage", "crash-after-sink", cid, "standby")
+
+
+def test_an_exit_with_no_fault_of_its_job_is_an_exit(tmp_path):
+    ex = executor(tmp_path)
+    cid = commands.issue(ex.db, "crash-after-sink", "usage", guarantee="at-least-once")
+    commands.finish(ex.db, cid, "done")
+    ex.unplanned_exit("fraud", standby=False)  # another job's fault explains nothing
+    (rec,) = ex.recoveries
+    assert (rec.job, rec.fault, rec.command_id, rec.via) == ("fraud", "exit", None, "restart")
