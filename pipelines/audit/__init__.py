@@ -12,7 +12,8 @@ batch the query applied twice) and `upstream` (one txn_id twice in the input). S
 `pipelines.audit.cut` for the arithmetic.
 
 For the fraud job: truth is the distinct valid txn_ids in `transactions` up to its committed
-offsets (malformed ones, labelled `bad:<kind>`, go to the dead letters); observed is the store's
+offsets (malformed ones, labelled `bad:<kind>`, and the records the poison-batch rule
+dead-lettered, go to the dead letters); observed is the store's
 decisions of batches up to its commit, and `topic` the distinct txn_ids in `decisions`
 (read_committed), whose records beyond one per txn_id are its duplicates. Precision and recall
 of the decided transactions against the `labels` topic ride along.
@@ -137,6 +138,7 @@ class Auditor:
                 oldest = min(oldest or 1 << 62, int(part.times[beyond.start]))
         truth -= self.labels.bad
         truth.discard(INVALID)
+        truth -= self._poison()  # dead-lettered by the poison-batch rule: accounted, never decided
         committed = pos.committed_batch if pos.committed_batch is not None else -1
         decided = {c: f for c, (b, f) in self._store.items() if b is not None and b <= committed}
         parts = [part.codes for part in self.decisions.partitions().values()]
@@ -199,6 +201,13 @@ class Auditor:
             [*RT_FAULTS, FRAUD, now - PATHS_MINUTES * 60_000]).fetchall()
         return path_figures.survey(tx, rt, acc, runs, faults, now, int(self.s.audit_interval_seconds * 1000),
                                    int(self.s.fraud_undecided_after_seconds * 1000), PATHS_MINUTES)
+
+    def _poison(self) -> set:
+        """Codes of the transactions the poison-batch rule dead-lettered (`quarantines`)."""
+        return {self.ids.code(r["txn_id"])
+                for (text,) in self.db.execute("SELECT records FROM quarantines WHERE job = ? AND status = ?",
+                                               [FRAUD, "dead-lettered"]).fetchall()
+                for r in json.loads(text or "[]")}
 
     def _read_store(self) -> None:
         """The store's decisions since the last read (txn_id -> batch id, is_fraud)."""

@@ -9,6 +9,7 @@ transaction is decided exactly once in the store and in the `decisions` topic.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -16,6 +17,8 @@ from collections import Counter
 
 from controlplane import commands, store
 from infra import kafka_client
+from infra.config import Topics
+from pipelines import audit
 from tests.harness.jobs import JobProcess, job_env, wait_for
 
 FRAUD_READY = re.compile(r"\bfraud INFO \w+ mode, epoch")
@@ -50,11 +53,11 @@ def query(path, sql, args=()):
 
 def test_a_poison_record_is_dead_lettered_after_three_identical_failures_and_the_job_moves_on(
         kafka, topic, tmp_path, settings):
-    tx, dec, dlq = topic("tx"), topic("dec"), topic("dlq")
+    tx, dec, dlq, marks, rt = topic("tx"), topic("dec"), topic("dlq"), topic("marks"), topic("rt")
     db_path = tmp_path / "cardstream.db"
     args = ["--transactions-topic", tx, "--decisions-topic", dec, "--dlq-topic", dlq,
-            "--markers-topic", topic("marks"), "--realtime-topic", topic("rt"),
-            "--checkpoint", str(tmp_path / "checkpoint"), "--store", str(db_path), "--trigger-seconds", "0.5"]
+            "--markers-topic", marks, "--realtime-topic", rt,
+            "--checkpoint", str(tmp_path / "checkpoints" / "fraud"), "--store", str(db_path), "--trigger-seconds", "0.5"]
     job = JobProcess(job_env(tmp_path, dec, {"CARDSTREAM_DB": str(db_path), "POISON_BATCH_FAILURES": "3"}),
                      args, module="pipelines.fraud", ready=FRAUD_READY)
     producer = kafka_client.producer(settings, acks="all")
@@ -116,3 +119,15 @@ def test_a_poison_record_is_dead_lettered_after_three_identical_failures_and_the
     good = {f"good-{i}" for i in range(25)}
     assert decided() == good
     assert set(in_topic) == good and set(in_topic.values()) == {1}, in_topic
+
+    # the consistent-cut audit counts the poison as dead-lettered, not as lost
+    names = Topics(transactions=tx, labels=topic("labels"), decisions=dec, dead_letters=dlq, markers=marks,
+                   decisions_rt=rt, partitions=settings.topics.partitions)
+    db = store.connect(db_path)
+    try:
+        fraud = audit.Auditor(dataclasses.replace(settings, topics=names, store_path=db_path,
+                                                  checkpoint_root=tmp_path / "checkpoints"), db).snapshot()["fraud"]
+    finally:
+        db.conn.close()
+    assert (fraud["truth"], fraud["observed"], fraud["lost"], fraud["topic_lost"], fraud["duplicated"]) == \
+        (25, 25, 0, 0, 0), fraud
