@@ -51,9 +51,10 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
         "id": int, "kind": str, "job": str, "params": str, "status": str, "issued_at": int,
         "started_at": int, "done_at": int, "result": str,
     }, "id"),
-    # what the supervisor knows of each job
+    # what the supervisor knows of each job (ui_url, ui_pid: the Spark UI of the job's process
+    # with that pid, written by the job itself once its SparkSession is up)
     "job_status": ({"job": str, "status": str, "pid": int, "restarts": int, "last_batch": int,
-                    "started_at": int, "updated_at": int, "detail": str}, "job"),
+                    "started_at": int, "updated_at": int, "detail": str, "ui_url": str, "ui_pid": int}, "job"),
     # split-brain protection: the current fencing epoch per job
     # (renewed_at: the holder's heartbeat; a warm standby takes over when it stops)
     "leases": ({"job": str, "epoch": int, "holder": str, "taken_at": int, "renewed_at": int}, "job"),

@@ -7,6 +7,7 @@ fractions of a millisecond.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -106,9 +107,11 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
     marker at the time it ran, coloured by its outcome, and a fault the supervisor measured a bar
     from the kill to the first new batch with rows (its recovery time). `warm`: the fraud job's
     warm-up ({"start", "end"} as times) shaded across the panels."""
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, row_heights=[0.45, 0.3, 0.25],
+    rows = 3 if not commands.empty else 2
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        row_heights=[0.45, 0.3, 0.25][:rows],
                         subplot_titles=("decision latency (decided_at − produced_at), per 5 s",
-                                        "decisions per second, per 5 s", "commands: outcome and recovery"))
+                                        "decisions per second, per 5 s", "commands: outcome and recovery")[:rows])
     fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
     for name, color in (("p50", "#29A19C"), ("p95", "#3A6EA5"), ("p99", "#8E6C8A")):
         fig.add_trace(go.Scatter(x=series["time"], y=series[name], name=name, mode="lines+markers",
@@ -118,16 +121,18 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
                   annotation_text=f"goal {goal_ms:g} ms", annotation_position="top left",
                   annotation_font_color=GOAL_COLOR)
     top = float(series["p99"].max()) if not series.empty else 0.0
-    fig.update_yaxes(title_text="latency (ms)", type="log" if top > 50 * goal_ms else "linear",
-                     row=1, col=1)
-    if top <= 50 * goal_ms:
-        fig.update_yaxes(range=[0, max(goal_ms * 1.3, top * 1.1)], row=1, col=1)
+    if top > 50 * goal_ms:  # a warm-up or an outage of seconds beside decisions of milliseconds
+        low = max(0.1, min(float(series["p50"].min()), goal_ms) / 2)
+        fig.update_yaxes(title_text="latency (ms, log)", type="log", row=1, col=1,
+                         range=[np.log10(low), np.log10(top * 2)])
+    else:
+        fig.update_yaxes(title_text="latency (ms)", range=[0, max(goal_ms * 1.3, top * 1.1)], row=1, col=1)
     fig.add_trace(go.Bar(x=series["time"], y=series["decisions_per_s"], name="decisions/s", marker_color="#3A6EA5",
                          showlegend=False, hovertemplate="%{y:,.1f} decisions/s<extra></extra>"), row=2, col=1)
     fig.update_yaxes(title_text="decisions/s", row=2, col=1)
     _counts_axis(fig, row=2, col=1)
     labels = []
-    if not commands.empty:
+    if rows == 3:
         labels = (commands["kind"] + " · " + commands["job"].fillna("broker")).tolist()
         rec = commands[commands["recovered_s"].notna()]
         for r, label in zip(rec.itertuples(), [lab for lab, ok in zip(labels, commands["recovered_s"].notna()) if ok]):
@@ -144,19 +149,19 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
                                  customdata=list(zip(status, commands["result"].fillna("").str.slice(0, 90))),
                                  hovertemplate="%{y}: %{customdata[0]} — %{customdata[1]}<extra></extra>"),
                       row=3, col=1)
-    fig.update_yaxes(title_text="command", type="category", row=3, col=1,
-                     categoryorder="array", categoryarray=list(dict.fromkeys(labels)))
+        fig.update_yaxes(title_text="command", type="category", row=3, col=1,
+                         categoryorder="array", categoryarray=list(dict.fromkeys(labels)))
     if warm is not None:
-        for row in (1, 2, 3):
+        for row in range(1, rows + 1):
             fig.add_vrect(x0=warm["start"], x1=warm["end"], fillcolor="#F3A712", opacity=0.15, line_width=0,
                           row=row, col=1)
         fig.add_annotation(x=warm["end"], y=1, yref="paper", text="warm-up", showarrow=False, xanchor="right",
                            yanchor="top", font=dict(size=11, color="#8a5a00"))
     times = [series["time"]] + ([commands["time"]] if not commands.empty else [])
-    _time_axis(fig, pd.concat(times), row=3, col=1)
-    fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
-    fig.update_xaxes(tickformat="%H:%M:%S", row=2, col=1)
-    fig = _layout(fig, "Latency, throughput and every command, on one time axis", height=620)
+    _time_axis(fig, pd.concat(times), row=rows, col=1)
+    for row in range(1, rows):
+        fig.update_xaxes(tickformat="%H:%M:%S", row=row, col=1)
+    fig = _layout(fig, "Latency, throughput and every command, on one time axis", height=620 if rows == 3 else 480)
     fig.update_layout(margin=dict(t=60), legend=dict(orientation="h", yanchor="bottom", y=1.03, xanchor="right", x=1))
     return fig
 

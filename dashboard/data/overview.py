@@ -155,11 +155,16 @@ def latency_series(latencies: pd.DataFrame, bucket_s: int = 5) -> pd.DataFrame:
 def job_status(db, now: int | None = None) -> pd.DataFrame:
     """What the supervisor last wrote of each job (and standby), with how long ago."""
     now = now or now_ms()
-    df = frame(db, "SELECT job, status, pid, restarts, last_batch, started_at, updated_at, detail "
+    df = frame(db, "SELECT job, status, pid, restarts, last_batch, started_at, updated_at, detail, ui_url, ui_pid "
                    "FROM job_status ORDER BY job LIMIT 50")
     if not df.empty:
         df["seen_s_ago"] = ((now - df["updated_at"].fillna(now)) / 1000).clip(lower=0)
         df["up_since"] = to_time(df["started_at"])
+        # the Spark UI of the process the row describes now (not of one that has gone)
+        live = df["status"].isin(["running", "ready", "standby"]) & df["ui_pid"].notna() & (df["ui_pid"] == df["pid"])
+        df["spark_ui"] = df["ui_url"].where(live)
+    else:
+        df["spark_ui"] = pd.Series(dtype=object)
     return df
 
 

@@ -1,4 +1,5 @@
 """Overview: is CardStream keeping up? Rates in and out, fraud share, latency vs 20 ms, jobs, lag."""
+import pandas as pd
 import streamlit as st
 
 from dashboard import charts, fmt, measured, ui
@@ -50,8 +51,9 @@ def draw(db, s):
                    f"{fmt.percent(summary['within_goal'])} decided within {GOAL} ms.")
     if not every.empty:
         series = data.latency_series(every)
-        shade = ({"start": to_time(warm["decided_at"]).min(), "end": to_time(warm["decided_at"]).max()}
-                 if not warm.empty else None)
+        # the warm-up on the time axis: from the first batch's start to the last decision that waited for it
+        shade = ({"start": to_time(pd.Series([start["batch_started"]])).iloc[0],
+                  "end": to_time(warm["decided_at"]).max()} if not warm.empty else None)
         commands = data.timeline(db, int(every["decided_at"].min()) - 60_000, now)
         left, right = st.columns([7, 3])
         left.plotly_chart(charts.overview_timeline(series, GOAL, commands, shade), width="stretch")
@@ -72,26 +74,31 @@ def draw(db, s):
     else:
         ui.no_data("no decisions in the store — start the simulator and the fraud job.")
 
-    left, right = st.columns(2)
-    with left:
-        st.subheader("Jobs")
-        jobs = data.job_status(db, now)
-        if jobs.empty:
-            ui.no_data("the supervisor has not reported any job.")
-        else:
-            ids = {c: jobs[c].map(lambda v: fmt.NONE if fmt._missing(v) else str(int(v))) for c in ("last_batch", "pid")}
-            st.dataframe(jobs.assign(**ids)[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "detail"]],
-                         hide_index=True, width="stretch",
-                         column_config={"seen_s_ago": st.column_config.NumberColumn("seen", format="%.1f s ago"),
-                                        "last_batch": st.column_config.TextColumn("last batch"),
-                                        "restarts": st.column_config.NumberColumn(format="%d")})
-        dl = dead_letters(db)
-        if not dl.empty:
-            st.caption(f"Bad input sent to the dead-letter topic: {fmt.count(dl['count'].sum())} messages "
-                       f"({', '.join(f'{r.reason}: {fmt.count(r.count)}' for r in dl.itertuples())}).")
-    with right:
-        st.subheader("Consumer lag")
-        draw_lag(db, s)
+    st.subheader("Jobs")
+    jobs = data.job_status(db, now)
+    if jobs.empty:
+        ui.no_data("the supervisor has not reported any job.")
+    else:
+        ids = {c: jobs[c].map(lambda v: fmt.NONE if fmt._missing(v) else str(int(v))) for c in ("last_batch", "pid")}
+        shown = jobs.assign(**ids, spark_ui=jobs["spark_ui"].fillna(""))
+        st.dataframe(shown[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "spark_ui", "detail"]],
+                     hide_index=True, width="stretch",
+                     column_config={"seen_s_ago": st.column_config.NumberColumn("seen", format="%.1f s ago"),
+                                    "spark_ui": st.column_config.LinkColumn("Spark UI", display_text=r"https?://(.*)"),
+                                    "last_batch": st.column_config.TextColumn("last batch"),
+                                    "restarts": st.column_config.NumberColumn(format="%d")})
+        with_ui = jobs["spark_ui"].notna().sum()
+        st.caption(f"Spark UI: {fmt.count(with_ui)} of the Spark processes link theirs (each job and standby "
+                   "has its own port, 4040 or the next free one, on 127.0.0.1). A Spark job without a link "
+                   "is still starting its session, or runs with SPARK_UI=0." if with_ui else
+                   "Spark UI: no process links one yet — a Spark job writes its UI's address once its "
+                   "session is up; SPARK_UI=0 turns the UI off.")
+    dl = dead_letters(db)
+    if not dl.empty:
+        st.caption(f"Bad input sent to the dead-letter topic: {fmt.count(dl['count'].sum())} messages "
+                   f"({', '.join(f'{r.reason}: {fmt.count(r.count)}' for r in dl.itertuples())}).")
+    st.subheader("Consumer lag")
+    draw_lag(db, s)
     measured.draw(db)
 
 

@@ -24,6 +24,8 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     from pyspark.sql import SparkSession
 
     s = s or load()
+    if s.spark_ui:  # the UI (and the driver) bind to loopback only: it has no login
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     jars = ",".join(connector_jars(s))
@@ -39,7 +41,12 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.streaming.minBatchesToRetain", str(s.min_batches_to_retain))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.enabled", "true" if s.spark_ui else "false")
+        # port 4040, or the next free one (jobs, standbys and tests side by side): spark.port.maxRetries
+        .config("spark.ui.killEnabled", "false")
+        .config("spark.ui.retainedJobs", "200").config("spark.ui.retainedStages", "200")
+        .config("spark.sql.ui.retainedExecutions", "100")
+        .config("spark.sql.streaming.ui.retainedProgressUpdates", "200")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
@@ -53,6 +60,16 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def record_ui(db, job: str, spark) -> str | None:
+    """Put this process's Spark UI address on its job_status row (`job`: the row the supervisor
+    keeps for this process, the job or its standby), with this pid so a page never links a UI of
+    a process that has gone. Nothing when the UI is off or the supervisor keeps no such row."""
+    url = spark.sparkContext.uiWebUrl
+    if url:
+        db.conn.execute("UPDATE job_status SET ui_url = ?, ui_pid = ? WHERE job = ?", [url, os.getpid(), job])
+    return url
 
 
 def warm_up(spark, s: Settings | None = None, topic: str | None = None) -> None:

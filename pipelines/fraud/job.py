@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         listen()
     from infra.topics import ensure_topics
     from pipelines.engine import metrics
-    from pipelines.engine.session import get_spark
+    from pipelines.engine.session import get_spark, record_ui
 
     try:
         ensure_topics([o.transactions_topic, o.decisions_topic, o.dlq_topic, o.markers_topic,
@@ -244,12 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if o.standby:
+        record_ui(db, f"{JOB}-standby", spark)
         warm_up(spark, s, o.transactions_topic)
         if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
             spark.stop()
             return 0
         check_bound(db, o)  # the active may have created the checkpoints meanwhile
     epoch = fencing.take_lease(db, JOB)
+    record_ui(db, JOB, spark)
     heartbeat = Heartbeat(o.store_path, JOB, epoch)
     heartbeat.start()
     faults = Faults(o.store_path, [JOB], job=JOB)

@@ -216,7 +216,7 @@ class UsageJob:
     def run(self, standby: bool = False) -> int:
         from infra.topics import ensure_topics
         from pipelines.engine import metrics
-        from pipelines.engine.session import get_spark, warm_up
+        from pipelines.engine.session import get_spark, record_ui, warm_up
 
         s = self.s
         ensure_topics([s.topics.decisions], s=s)
@@ -225,11 +225,13 @@ class UsageJob:
         starters = self.starters()
         metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
         if standby:
+            record_ui(self.db, f"{JOB}-standby", self.spark)
             warm_up(self.spark, s, s.topics.decisions)
             if not wait_for_takeover(self.db, JOB, s.lease_ttl_seconds, self.stopping):
                 self.shutdown()
                 return 0
         self.epoch = fencing.take_lease(self.db, JOB)
+        record_ui(self.db, JOB, self.spark)
         self.heartbeat = Heartbeat(s.store_path, JOB, self.epoch)
         self.heartbeat.start()
         self.runner = QueryRunner(JOB, self.db, self.epoch, starters, self.stopping)

@@ -343,17 +343,21 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
     usage_started = restarted or t0 - 20_000
     db["job_status"].insert_all([
         {"job": "fraud", "status": "running", "pid": 4100, "restarts": 0, "last_batch": progress[-1]["batch_id"],
-         "started_at": t0 - 30_000, "updated_at": now - 400, "detail": "started pid 4100"},
+         "started_at": t0 - 30_000, "updated_at": now - 400, "detail": "started pid 4100",
+         # each Spark process writes its UI's address (pipelines.engine.session.record_ui)
+         "ui_url": "http://localhost:4040", "ui_pid": 4100},
         {"job": "usage", "status": "running", "pid": 4243 if fault_at else 4242, "restarts": 1 if fault_at else 0,
          "last_batch": max(b.batch_id for b in batches["usage-at-least-once"] if b.committed),
          "started_at": usage_started, "updated_at": now - 400,
-         "detail": f"started pid {4243 if fault_at else 4242}"},
+         "detail": f"started pid {4243 if fault_at else 4242}",
+         "ui_url": f"http://localhost:{4043 if fault_at else 4041}", "ui_pid": 4243 if fault_at else 4242},
         {"job": "simulator", "status": "running", "pid": 4000, "restarts": 0, "last_batch": None,
          "started_at": t0 - 40_000, "updated_at": now - 400, "detail": "started pid 4000"},
         # make demo runs a warm standby per Spark job (the supervisor's --standby)
         *({"job": f"{job}-standby", "status": "ready", "pid": pid, "restarts": 0, "last_batch": None,
-           "started_at": t0 - 10_000, "updated_at": now - 400, "detail": f"warm standby pid {pid}, session up"}
-          for job, pid in (("fraud", 4101), ("usage", 4301))),
+           "started_at": t0 - 10_000, "updated_at": now - 400, "detail": f"warm standby pid {pid}, session up",
+           "ui_url": f"http://localhost:{port}", "ui_pid": pid}
+          for job, pid, port in (("fraud", 4101, 4042), ("usage", 4301, 4044))),
     ], alter=False)
     db["standbys"].insert_all([{"job": "fraud", "pid": 4101, "ready_at": t0 - 2_000},
                                {"job": "usage", "pid": 4301, "ready_at": t0 - 2_000}], alter=False)
@@ -649,6 +653,7 @@ def seed_first_minute(db, now: int, phase: str) -> FirstMinute:
     lease_at = now - (15_000 if phase == "first-batch" else 35_000)
     db["leases"].insert({"job": "fraud", "epoch": 1, "holder": "host:4100", "taken_at": lease_at,
                          "renewed_at": now - 200}, alter=False)
+    db.conn.execute("UPDATE job_status SET ui_url = 'http://localhost:4040', ui_pid = 4100 WHERE job = 'fraud'")
     if phase == "first-batch":
         return FirstMinute(now, phase, sim_started, lease_at, None, 0, 0)
     first_started = lease_at + 1_000

@@ -3,6 +3,7 @@ warm-up out of the latency tiles and says so, and draws every command on the lat
 time axis; the Checkpoints page draws each query's rates, watermark gap, state eviction and commit."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -86,7 +87,8 @@ def _page(name: str | None = None) -> AppTest:
 
 @pytest.mark.parametrize("phase,words", [
     ("session", ["fraud job starting", "Spark session starting, no batch yet", "pid 4100"]),
-    ("first-batch", ["fraud job starting", "Spark session up, no batch yet", "lease epoch 1"]),
+    ("first-batch", ["fraud job starting", "Spark session up, no batch yet", "lease epoch 1",
+                     "1 of the Spark processes link theirs"]),
     ("warm", ["Warm-up left out", "decisions after the warm-up", "within 20 ms"]),
 ])
 def test_overview_in_the_first_minute(db_path, dead_broker, phase, words):
@@ -117,3 +119,32 @@ def test_checkpoints_page_per_query(db_path, dead_broker):
     assert "Per query" in shown and "the watermark trails the newest event by 30.0 s" in shown
     at.selectbox(key="health_query").set_value("usage-at-most-once").run()
     assert "no event-time watermark" in text_of(at)
+
+
+def test_spark_ui_links_only_the_live_process(world, store):
+    db, _, _ = world
+    jobs = data.job_status(db, NOW).set_index("job")
+    assert jobs.loc["fraud", "spark_ui"] == "http://localhost:4040"
+    assert jobs.loc["usage", "spark_ui"] == "http://localhost:4043"        # the restarted process's
+    assert jobs.loc["fraud-standby", "spark_ui"] == "http://localhost:4042"
+    assert pd.isna(jobs.loc["simulator", "spark_ui"])                       # not a Spark process
+    # a job restarting: the row's pid is gone, so is its link; a new pid that has not written one yet
+    seed_first_minute(store, NOW, "warm")
+    store.conn.execute("UPDATE job_status SET pid = 4200 WHERE job = 'fraud'")
+    assert pd.isna(data.job_status(store, NOW).set_index("job").loc["fraud", "spark_ui"])
+
+
+def test_warmup_chart_without_commands(store):
+    seed_first_minute(store, NOW, "warm")
+    start = data.warmup(store)
+    every = data.recent_latencies(store)
+    _, warm = data.split_warmup(every, start)
+    fig = charts.overview_timeline(data.latency_series(every), 20, data.timeline(store, NOW - 120_000, NOW),
+                                   {"start": pd.Timestamp(start["batch_started"], unit="ms"),
+                                    "end": pd.Timestamp(int(warm["decided_at"].max()), unit="ms")})
+    assert "yaxis3" not in fig.layout or fig.layout.yaxis3.domain is None      # no empty commands row
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "latency (ms, log)"
+    low, high = fig.layout.yaxis.range
+    assert 10 ** low <= 10 and 10 ** high >= 20_000 and 10 ** high < 100_000   # ms to the warm-up's tens of s
+    assert fig.layout.xaxis2.title.text == "time (UTC)"
+    assert len(fig.layout.shapes) == 3  # the goal line and the warm-up shaded on both panels
