@@ -153,7 +153,7 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
                          categoryorder="array", categoryarray=list(dict.fromkeys(labels)))
     if warm is not None:
         for row in range(1, rows + 1):
-            fig.add_vrect(x0=warm["start"], x1=warm["end"], fillcolor="#F3A712", opacity=0.15, line_width=0,
+            fig.add_vrect(x0=warm["start"], x1=warm["end"], fillcolor="#F3A712", opacity=0.15, line_width=0, layer="below",
                           row=row, col=1)
         fig.add_annotation(x=warm["end"], y=1, yref="paper", text="warm-up", showarrow=False, xanchor="right",
                            yanchor="top", font=dict(size=11, color="#8a5a00"))
@@ -351,12 +351,11 @@ def query_health(part: pd.DataFrame, query: str) -> go.Figure:
     removed and dropped late, and commit (checkpoint) duration."""
     has_gap = part["watermark_gap_s"].notna().any()
     fig = make_subplots(rows=2, cols=2, shared_xaxes=True, vertical_spacing=0.16, horizontal_spacing=0.1,
-                        subplot_titles=("input rate vs processed rate",
-                                        "watermark gap to the newest event" if has_gap
-                                        else "watermark gap: none (this query has no watermark)",
-                                        "state rows removed (evicted) and dropped late, per batch",
-                                        "commit duration (offset log + commit log)"))
-    fig.update_annotations(x=None, font=dict(size=12, color="#555"))
+                        subplot_titles=("input vs processed rate",
+                                        "watermark gap to newest event" if has_gap else "no watermark",
+                                        "state rows removed, dropped late",
+                                        "commit duration"))
+    fig.update_annotations(font=dict(size=12, color="#555"))
     color = _query_color(query, 0)
     fig.add_trace(go.Scatter(x=part["time"], y=part["input_rows_per_s"], name="input rows/s", mode="lines",
                              line=dict(color="#5C6B73", width=2, dash="dot"),

@@ -38,6 +38,7 @@ def batches(db, now: int | None = None, minutes: float = 15, limit: int = 5000) 
     # none for a query without a watermark)
     newest = pd.to_datetime(df["event_time_max"], errors="coerce", utc=True)
     mark = pd.to_datetime(df["watermark"], errors="coerce", utc=True)
+    mark = mark.where(mark > pd.Timestamp(0, tz="UTC"))  # Spark reports 0 (1970) until a watermark is set
     df["watermark_gap_s"] = (newest - mark).dt.total_seconds()
     return df.sort_values("ts").reset_index(drop=True)
 

@@ -15,15 +15,18 @@ def rates(db, now: int | None = None, window_s: int = 10) -> dict:
     """Transactions/s into the fraud job, decisions/s and fraud share over the last `window_s`.
 
     The input rate is Spark's own (inputRowsPerSecond of the fraud query's batches in the last
-    30 s at least); None when the fraud query posted no batch in that time.
+    30 s at least); None when the fraud query posted no batch in that time, or only a first batch
+    after a start (Spark reports 0 rows/s for it).
     """
     now = now or now_ms()
     n, fraud = db.conn.execute("SELECT COUNT(*), COALESCE(SUM(is_fraud), 0) FROM decisions "
                                "WHERE decided_at > ? AND decided_at <= ?", [now - window_s * 1000, now]).fetchone()
     rate_s = max(window_s, 30)
+    # a query's first batch after a start reports 0 rows/s whatever it read (Spark has no earlier
+    # trigger to measure from): such a batch says nothing about the rate
     avg, batches = db.conn.execute(
-        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND ts <= ? AND query = 'fraud'",
-        [now - rate_s * 1000, now]).fetchone()
+        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND ts <= ? AND query = 'fraud' "
+        "AND NOT (input_rows_per_s = 0 AND num_input_rows > 0)", [now - rate_s * 1000, now]).fetchone()
     return {"transactions_per_s": float(avg) if batches else None, "rate_window_s": rate_s,
             "decisions_per_s": n / window_s, "fraud_rate": (fraud / n) if n else None,
             "decisions": n, "window_s": window_s}

@@ -28,7 +28,8 @@ def draw(db, s):
     cols[0].metric("Tx in /s", fmt.decimal(r["transactions_per_s"]), border=True,
                    help=(f"Input rate of the fraud job's batches in the last {r['rate_window_s']} s "
                          "(Spark's inputRowsPerSecond)." if r["transactions_per_s"] is not None else
-                         f"Empty: the fraud job finished no batch in the last {r['rate_window_s']} s."))
+                         f"Empty: the fraud job finished no batch in the last {r['rate_window_s']} s, or only its first "
+                         "batch after a start, for which Spark reports no rate."))
     cols[1].metric("Decisions /s", fmt.decimal(r["decisions_per_s"]), border=True,
                    help=f"Decisions written to the store in the last {r['window_s']} s.")
     cols[2].metric("Fraud rate", fmt.percent(r["fraud_rate"]), border=True,

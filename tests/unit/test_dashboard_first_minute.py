@@ -148,3 +148,20 @@ def test_warmup_chart_without_commands(store):
     assert 10 ** low <= 10 and 10 ** high >= 20_000 and 10 ** high < 100_000   # ms to the warm-up's tens of s
     assert fig.layout.xaxis2.title.text == "time (UTC)"
     assert len(fig.layout.shapes) == 3  # the goal line and the warm-up shaded on both panels
+
+
+def test_what_spark_reports_for_a_first_batch(store):
+    """As make demo showed: a query's first batch reports 0 rows/s whatever it read, and a watermark
+    of 0 (1970) until one is set; neither is a rate or a gap."""
+    row = {"query": "fraud", "batch_id": 0, "ts": NOW - 2_000, "num_input_rows": 2_464, "input_rows_per_s": 0.0,
+           "processed_rows_per_s": 63.9, "duration_ms": 38_571, "trigger_ms": 30_000, "commit_ms": 420,
+           "state_rows": 64, "state_memory_bytes": 2**20, "state_disk_bytes": 0, "state_rows_dropped_late": 0,
+           "state_rows_removed": 0, "watermark": "1970-01-01T00:00:00.000Z", "event_time_max": "2027-01-15T08:00:00.000Z",
+           "start_offsets": "[]", "end_offsets": "[]", "checkpoint": "/run/checkpoints/fraud/decisions"}
+    store["batch_progress"].insert(row)
+    assert data.rates(store, NOW)["transactions_per_s"] is None
+    assert ckpt.batches(store, NOW)["watermark_gap_s"].isna().all()
+    store["batch_progress"].insert({**row, "batch_id": 1, "ts": NOW - 1_000, "input_rows_per_s": 137.1,
+                                    "watermark": "2027-01-15T07:59:20.000Z"})
+    assert data.rates(store, NOW)["transactions_per_s"] == pytest.approx(137.1)
+    assert ckpt.batches(store, NOW)["watermark_gap_s"].tolist()[-1] == pytest.approx(40.0)
