@@ -75,17 +75,20 @@ def latency(series: pd.DataFrame, goal_ms: float = 20) -> go.Figure:
     return _layout(fig, "Decision latency (decided_at − produced_at), per 5 s", y_title="latency (ms)")
 
 
-def latency_histogram(latencies: pd.DataFrame, goal_ms: float = 20) -> go.Figure:
-    """How the newest decisions' latencies are spread, with the goal line."""
+def latency_histogram(latencies: pd.DataFrame, goal_ms: float = 20, path: str | None = None) -> go.Figure:
+    """How the newest decisions' latencies are spread, with the goal line (`path`: whose decisions,
+    in the title and colour)."""
     ms = latencies["latency_ms"].astype(float)
-    fig = go.Figure(go.Histogram(x=ms, nbinsx=60, marker_color="#3A6EA5", opacity=0.85,
+    color = PATH_COLORS.get(path or "", "#3A6EA5")
+    fig = go.Figure(go.Histogram(x=ms, nbinsx=60, marker_color=color, opacity=0.85,
                                  hovertemplate="%{x} ms: %{y:,} decisions<extra></extra>"))
     fig.add_vline(x=goal_ms, line=dict(color=GOAL_COLOR, dash="dash", width=2),
                   annotation_text=f"goal {goal_ms:g} ms", annotation_position="top right",
                   annotation_font_color=GOAL_COLOR)
     fig.update_xaxes(title_text="latency (ms)", rangemode="tozero")
     _counts_axis(fig)
-    fig = _layout(fig, f"Latency of the newest {len(ms):,} decisions", y_title="decisions")
+    fig = _layout(fig, f"{path.capitalize()} path: newest {len(ms):,} decisions" if path
+                  else f"Latency of the newest {len(ms):,} decisions", y_title="decisions")
     fig.update_layout(hovermode="closest", bargap=0.05)
     return fig
 

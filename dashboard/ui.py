@@ -65,6 +65,12 @@ def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict:
     return kafka.end_offsets(settings(), list(topics))
 
 
+@st.cache_data(ttl=5, show_spinner=False)
+def rt_latencies(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """(produced_at, decided_at) of the newest real-time decisions (cached a few seconds)."""
+    return kafka.recent_latencies(settings(), topic)
+
+
 def bound_host(s: Settings) -> str | None:
     """The address the server listens on: the server option when set, else DASHBOARD_HOST."""
     try:

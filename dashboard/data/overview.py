@@ -114,6 +114,23 @@ def split_warmup(latencies: pd.DataFrame, start: dict | None) -> tuple[pd.DataFr
     return latencies[~warm], latencies[warm]
 
 
+def rt_start(db) -> int | None:
+    """When the fraud job's real-time query last started (fraud_rt_runs); None: it never ran."""
+    row = db.conn.execute("SELECT MAX(started_at) FROM fraud_rt_runs").fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def rt_latencies(pairs: list[tuple[int, int]], started_at: int | None) -> tuple[pd.DataFrame, int]:
+    """The real-time path's (produced_at, decided_at) pairs as latencies, without its warm-up: the
+    decisions of transactions produced before its query last started. (frame, warm-up count)"""
+    df = pd.DataFrame(pairs, columns=["produced_at", "decided_at"])
+    df["latency_ms"] = df["decided_at"] - df["produced_at"]
+    if started_at is None or df.empty:
+        return df, 0
+    warm = (df["produced_at"] < started_at) & (df["decided_at"] >= started_at)
+    return df[~warm].reset_index(drop=True), int(warm.sum())
+
+
 # --- the timeline: every command with its outcome and recovery ---------------------------------
 
 def timeline(db, start_ms: int, end_ms: int | None = None, limit: int = 200) -> pd.DataFrame:

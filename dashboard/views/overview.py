@@ -66,12 +66,13 @@ def draw(db, s):
                          "grey waiting); a fault the supervisor measured has a bar from the kill to the first "
                          "new batch with rows, labelled with its recovery time and how (standby or restart).")
         if summary["n"]:
-            right.plotly_chart(charts.latency_histogram(lat, GOAL), width="stretch")
-            right.caption("Stateful path (`decisions` in the store). The real-time path (`decisions-rt`) is "
-                          "in Kafka only: its p99 per 5 s is on the Fraud page.")
+            right.plotly_chart(charts.latency_histogram(lat, GOAL, "stateful"), width="stretch")
+            right.caption("Stateful path: the fraud job's decisions in the store (`decisions`).")
         else:
             with right:
                 ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
+        with right:
+            draw_rt_histogram(db, s)
     else:
         ui.no_data("no decisions in the store — start the simulator and the fraud job.")
 
@@ -101,6 +102,31 @@ def draw(db, s):
     st.subheader("Consumer lag")
     draw_lag(db, s)
     measured.draw(db)
+
+
+def draw_rt_histogram(db, s):
+    """The real-time path's latency (decisions-rt, in Kafka only), when the job has run that path."""
+    started = data.rt_start(db)
+    if started is None:
+        st.caption("Real-time path: none — the fraud job has not run in real-time mode (FRAUD_MODE=realtime), "
+                   "so there is no `decisions-rt` latency to show.")
+        return
+    try:
+        pairs = ui.rt_latencies(s.kafka_bootstrap, s.topics.decisions_rt)
+    except kafka.BrokerDown as exc:
+        st.caption(f"Real-time path: unknown — Kafka {exc}, and its decisions live only in `decisions-rt`.")
+        return
+    rt, warm = data.rt_latencies(pairs, started)
+    if rt.empty:
+        ui.no_data(f"no real-time decision in `{s.topics.decisions_rt}` since its query started at "
+                   f"{fmt.clock(started)}" + (f" ({fmt.count(warm)} of its warm-up left out)." if warm else "."))
+        return
+    st.plotly_chart(charts.latency_histogram(rt, GOAL, "real-time"), width="stretch")
+    p99 = float(rt["latency_ms"].quantile(0.99))
+    st.caption(f"Real-time path: the newest {fmt.count(len(rt))} decisions in `{s.topics.decisions_rt}` (Kafka), "
+               f"p99 {fmt.duration_ms(p99)}, {fmt.percent((rt['latency_ms'] <= GOAL).mean())} within {GOAL} ms"
+               + (f"; {fmt.count(warm)} of the warm-up (produced before its query started at "
+                  f"{fmt.clock(started)}) left out." if warm else "."))
 
 
 def draw_lag(db, s):

@@ -26,7 +26,7 @@ def pages(s) -> dict[str, list[str]]:
     alo, eo = s.final["at-least-once"], s.final["exactly-once"]
     return {
         "": ["Tx in /s", "Latency p99", "within 20 ms", "Kafka up", "Consumer lag", "Each command is a diamond",
-             "of the Spark processes link theirs"],
+             "of the Spark processes link theirs", "Real-time path: none"],
         "guarantees": [fmt.count(alo["observed"]), fmt.count(eo["observed"]), f"applied batch {FAULT_BATCH} twice",
                        f"skipped the replay of batch {FAULT_BATCH}", "lost 0 · duplicated 0",
                        f"behind {fmt.count(alo['lag_records'])} records"],

@@ -89,7 +89,8 @@ def _page(name: str | None = None) -> AppTest:
     ("session", ["fraud job starting", "Spark session starting, no batch yet", "pid 4100"]),
     ("first-batch", ["fraud job starting", "Spark session up, no batch yet", "lease epoch 1",
                      "1 of the Spark processes link theirs"]),
-    ("warm", ["Warm-up left out", "decisions after the warm-up", "within 20 ms"]),
+    ("warm", ["Warm-up left out", "decisions after the warm-up", "within 20 ms", "Stateful path",
+              "Real-time path: none — the fraud job has not run in real-time mode"]),
 ])
 def test_overview_in_the_first_minute(db_path, dead_broker, phase, words):
     db = connect(db_path)
