@@ -1,0 +1,141 @@
+"""`python -m bench backlog --json`: the fraud job's memory while a backlog drains.
+
+An outage leaves the job minutes of input behind. The bench fills a fresh transactions topic with
+`--minutes` of traffic at `--rate` (10 minutes at the demo's 200 tx/s: 120,000 transactions), then
+starts the fraud job on it, as the supervisor would after the outage, and samples the resident
+memory (RSS) of its driver (Python) and of its Spark JVM every `--every` seconds until every
+transaction is decided. The batches are bounded by MAX_OFFSETS_PER_TRIGGER, so memory should stay
+flat: the JSON gives the RSS at the first committed batch, the peak and the last sample, and the
+growth from the first batch to the end.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench.common import create_topic, delete_topics, fill, logger, own_broker
+from controlplane.store import connect
+from infra.config import ROOT, load
+
+log = logger("backlog")
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MB (None once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def jvm_of(pid: int) -> int | None:
+    for child in children(pid):
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+                return child
+        except OSError:
+            continue
+    return None
+
+
+def main(argv: list[str]) -> dict:
+    p = argparse.ArgumentParser(prog="python -m bench backlog")
+    p.add_argument("--minutes", type=float, default=10.0, help="minutes of traffic left behind (10)")
+    p.add_argument("--rate", type=float, default=200.0, help="the traffic's rate, tx/s (the demo's 200)")
+    p.add_argument("--every", type=float, default=2.0, help="seconds between memory samples")
+    p.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
+    p.add_argument("--json", action="store_true", help="(the last line is always JSON)")
+    args = p.parse_args(argv)
+    s = load()
+    n = int(args.minutes * 60 * args.rate)
+    tag = uuid.uuid4().hex[:8]
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-backlog-", dir=s.run_dir))
+    topics = {"TOPIC_TRANSACTIONS": f"bench-backlog-tx-{tag}", "TOPIC_DECISIONS": f"bench-backlog-decisions-{tag}",
+              "TOPIC_DLQ": f"bench-backlog-dlq-{tag}", "TOPIC_MARKERS": f"bench-backlog-markers-{tag}",
+              "TOPIC_DECISIONS_RT": f"bench-backlog-rt-{tag}"}
+    env = {**os.environ, **topics, "PYTHONPATH": str(ROOT), "CARDSTREAM_DB": str(work / "cardstream.db"),
+           "CHECKPOINT_ROOT": str(work / "checkpoints")}
+    with own_broker(s, log):
+        try:
+            create_topic(s, topics["TOPIC_TRANSACTIONS"], s.topics.partitions, append_time=True)
+            sent, secs = fill(s, topics["TOPIC_TRANSACTIONS"], n, processes=2, kind="transactions")
+            log(f"{sent:,} transactions ({args.minutes:g} min at {args.rate:g} tx/s) in the topic in {secs:.1f} s; "
+                f"starting the fraud job (batches of at most {s.max_offsets_per_trigger:,})")
+            db = connect(env["CARDSTREAM_DB"])
+            started = time.monotonic()
+            with open(work / "fraud.log", "ab") as out:
+                job = subprocess.Popen([sys.executable, "-m", "pipelines.fraud"], env=env, cwd=ROOT,
+                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            samples, first_batch = [], None
+            try:
+                while time.monotonic() - started < args.timeout:
+                    if job.poll() is not None:
+                        raise SystemExit(f"bench backlog: the fraud job exited with {job.returncode}; "
+                                         f"see {work / 'fraud.log'}")
+                    jvm = jvm_of(job.pid)
+                    driver, java = rss_mb(job.pid), rss_mb(jvm) if jvm else None
+                    decided = db.execute("SELECT count(*) FROM decisions").fetchone()[0]
+                    if driver is not None and java is not None:
+                        samples.append((time.monotonic() - started, driver, java, decided))
+                        if first_batch is None and decided:  # the first batch's decisions are in
+                            first_batch = len(samples) - 1
+                    if decided >= sent:
+                        break
+                    time.sleep(args.every)
+                else:
+                    raise SystemExit(f"bench backlog: {decided:,} of {sent:,} decided after {args.timeout:.0f} s")
+                deadline = time.monotonic() + 30  # the listener records a batch just after its commit
+                while True:
+                    batches = db.execute("SELECT count(*), max(num_input_rows), sum(num_input_rows) FROM "
+                                         "batch_progress WHERE query = 'fraud' AND num_input_rows > 0").fetchone()
+                    if (batches[2] or 0) >= sent or time.monotonic() > deadline:
+                        break
+                    time.sleep(1)
+            finally:
+                os.killpg(job.pid, signal.SIGTERM)
+                try:
+                    job.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+        finally:
+            delete_topics(s, tag, log)
+    drained = samples[-1][0]
+    tail = samples[first_batch:] if first_batch is not None else samples
+    total = [d + j for _, d, j, _ in tail]
+    result = {
+        "transactions": sent, "minutes": args.minutes, "rate": args.rate,
+        "max_offsets_per_trigger": s.max_offsets_per_trigger, "batches": batches[0], "max_batch_rows": batches[1],
+        "drain_s": round(drained, 1), "samples": len(samples),
+        "driver_mb": {"first_batch": round(tail[0][1]), "peak": round(max(d for _, d, _, _ in tail)),
+                      "last": round(tail[-1][1])},
+        "jvm_mb": {"first_batch": round(tail[0][2]), "peak": round(max(j for _, _, j, _ in tail)),
+                   "last": round(tail[-1][2])},
+        "growth_pct": round((total[-1] - total[0]) / total[0] * 100, 1),
+        "peak_over_first_pct": round((max(total) - total[0]) / total[0] * 100, 1),
+    }
+    log(f"drained {sent:,} in {drained:.0f} s over {batches[0]} batches; driver + JVM "
+        f"{total[0]:.0f} MB at the first batch, peak {max(total):.0f} MB, last {total[-1]:.0f} MB")
+    return result
