@@ -264,8 +264,8 @@ def query_health(part) -> str:
     gap = part["watermark_gap_s"].dropna()
     removed = part["state_rows_removed"].fillna(0).sum()
     late = part["state_rows_dropped_late"].fillna(0).sum()
-    parts = [f"Over its newest {fmt.count(n)} batches: processed slower than the input in {fmt.count(behind)} "
-             "(backpressure: the query falls behind while that lasts)"]
+    parts = [f"Over its newest {fmt.count(n)} batches: {fmt.count(behind)} processed slower than their input came "
+             "in (backpressure: the query falls behind while that lasts)"]
     parts.append(f"the watermark trails the newest event by {fmt.duration_s(gap.iloc[-1])} now (its configured "
                  "delay plus how far the newest event runs ahead)" if not gap.empty else
                  "no watermark gap: this query has no event-time watermark, so Spark reports none")
