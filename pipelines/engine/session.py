@@ -24,7 +24,9 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     from pyspark.sql import SparkSession
 
     s = s or load()
-    if s.spark_ui:  # the UI (and the driver) bind to loopback only: it has no login
+    if s.spark_ui and s.spark_master.startswith("local"):
+        # the UI (and the driver) bind to loopback only: it has no login. Not on a cluster, whose
+        # executors must reach the driver.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
