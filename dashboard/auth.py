@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import threading
+import time
 from dataclasses import dataclass
 
 
@@ -46,3 +48,30 @@ def check(given: str | None, host: str | None, token: str | None) -> Verdict:
     if hmac.compare_digest(given.encode(), token.encode()):
         return Verdict(True, "")
     return Verdict(False, "Wrong token: nothing was sent.")
+
+
+class Throttle:
+    """Slows down guessing: after each wrong token in a row the next check waits twice as long
+    (0.5 s, 1 s, 2 s … capped), for every session of this dashboard process; a right token resets it."""
+
+    def __init__(self, base_s: float = 0.5, cap_s: float = 8.0, sleep=time.sleep):
+        self.base_s, self.cap_s, self.sleep = base_s, cap_s, sleep
+        self.wrong = 0
+        self._lock = threading.Lock()
+
+    def delay_s(self) -> float:
+        return 0.0 if self.wrong == 0 else min(self.cap_s, self.base_s * 2 ** (self.wrong - 1))
+
+    def check(self, given: str | None, host: str | None, token: str | None) -> Verdict:
+        with self._lock:  # one guess at a time: parallel sessions cannot skip the wait
+            if given and token_required(host, token):
+                self.sleep(self.delay_s())
+            verdict = check(given, host, token)
+            if given and token and not verdict.allowed:
+                self.wrong += 1
+            elif verdict.allowed and given:
+                self.wrong = 0
+            return verdict
+
+
+THROTTLE = Throttle()

@@ -96,7 +96,7 @@ def token_field(key: str) -> str | None:
 def authorized(given: str | None) -> bool:
     """Check a button press against the token rule; explain a refusal on the page."""
     s = settings()
-    verdict = auth.check(given, bound_host(s), s.dashboard_token)
+    verdict = auth.THROTTLE.check(given, bound_host(s), s.dashboard_token)
     if not verdict.allowed:
         st.error(verdict.reason, icon=":material/lock:")
     return verdict.allowed

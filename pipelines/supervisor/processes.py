@@ -23,11 +23,20 @@ def _die_with_parent() -> None:
         pass
 
 
+# Secrets the children never need: the dashboard's token stays with the dashboard.
+WITHHELD = ("DASHBOARD_TOKEN",)
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a job or the simulator starts with: the supervisor's, minus WITHHELD."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k not in WITHHELD}
+
+
 def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent, start_new_session=True, env=os.environ.copy())
+                                preexec_fn=_die_with_parent, start_new_session=True, env=child_env())
     finally:
         log.close()
 
