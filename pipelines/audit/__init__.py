@@ -39,8 +39,8 @@ from pipelines import guarantees
 from pipelines.audit import paths as path_figures
 from pipelines.audit.cut import Application, figures
 from pipelines.audit.topics import INVALID, Ids, TopicIndex
-from simulator.patterns import dead_letter_reason
 from pipelines.engine import checkpoints
+from simulator.patterns import dead_letter_reason
 
 FRAUD = "fraud"
 PATHS_MINUTES = 30          # how far back the paths are recomputed each audit (the Fraud page's span)

@@ -30,7 +30,7 @@ from infra import kafka_client
 from infra.contracts import ANALYZERS
 from pipelines.engine import checkpoints
 from pipelines.engine.poison import Failure, exclusion_sql, isolate, reason, still_ahead
-from pipelines.fraud.sinks import Fenced, dead_letter
+from pipelines.fraud.sinks import Fenced, count_dead_letters, dead_letter
 from pipelines.fraud.state import TXN_COLUMNS
 
 JOB = QUERY = "fraud"
@@ -155,9 +155,6 @@ class Quarantine:
             self.db.conn.execute("UPDATE quarantines SET attempts = attempts + 1, last_error = ? WHERE id = ?",
                                  [f"{type(exc).__name__}: {exc}"[:300], qid])
             raise
-        counts: dict[str, int] = {}
-        for r in records:
-            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
         ts = now_ms()
         try:
             with fencing.fenced_write(self.db, JOB, self.epoch, what) as conn:
@@ -165,9 +162,6 @@ class Quarantine:
                                     "done_at = ? WHERE id = ? AND status = ?",
                                     [DEAD_LETTERED, len(records), ts, qid, PENDING]).rowcount
                 if done:  # once, with the status change
-                    conn.executemany(
-                        "INSERT INTO dead_letters (reason, count, updated_at) VALUES (?, ?, ?) "
-                        "ON CONFLICT(reason) DO UPDATE SET count = count + excluded.count, "
-                        "updated_at = excluded.updated_at", [(k, n, ts) for k, n in counts.items()])
+                    count_dead_letters(conn, [r["reason"] for r in records], ts)
         except fencing.FencedError as exc:
             self.sinks.fenced(self.db, exc, what)

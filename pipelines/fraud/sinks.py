@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import replace
 
 from controlplane import fencing, ledger
@@ -100,6 +101,14 @@ def dead_letter(row: dict, topic: str, ts: int) -> dict:
     return {"reason": str(row.get("dlq_reason") or "unknown"), "raw": text, "raw_encoding": encoding,
             "raw_bytes": size, "raw_truncated": truncated, "partition": row.get("partition"),
             "offset": row.get("offset"), "topic": topic, "ts": ts}
+
+
+def count_dead_letters(conn, reasons, ts: int) -> None:
+    """Add dead letters to the store's counts by reason (inside the caller's fenced write)."""
+    counts = Counter(reasons)
+    conn.executemany("INSERT INTO dead_letters (reason, count, updated_at) VALUES (?, ?, ?) "
+                     "ON CONFLICT(reason) DO UPDATE SET count = count + excluded.count, "
+                     "updated_at = excluded.updated_at", [(reason, n, ts) for reason, n in counts.items()])
 
 
 class Fenced(RuntimeError):
@@ -283,20 +292,13 @@ class Sinks:
             return
         ts = now_ms()
         letters = [dead_letter(r, self.o.transactions_topic, ts) for r in rows]
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r["dlq_reason"]] = counts.get(r["dlq_reason"], 0) + 1
         checkpoint = self.o.checkpoint / "dlq"
         batch = replace(checkpoints.ledger_batch(f"{JOB}-dlq", checkpoint, batch_id), processed=len(rows))
         what = f"dead letters batch {batch_id}"
         try:
             with fencing.fenced_write(self.dlq_db, JOB, self.epoch, what) as conn:
                 if ledger.apply_once(conn, batch, self.epoch):
-                    conn.executemany(
-                        "INSERT INTO dead_letters (reason, count, updated_at) VALUES (?, ?, ?) "
-                        "ON CONFLICT(reason) DO UPDATE SET count = count + excluded.count, "
-                        "updated_at = excluded.updated_at",
-                        [(reason, n, ts) for reason, n in counts.items()])
+                    count_dead_letters(conn, [r["dlq_reason"] for r in rows], ts)
             self.topic(f"{JOB}-dlq", self.o.dlq_topic, checkpoint).write(
                 batch_id, [(None, json.dumps(letter).encode()) for letter in letters])
         except (fencing.FencedError, Fenced) as exc:

@@ -19,6 +19,8 @@ from pipelines.supervisor.processes import last_error
 
 ZOMBIE_TIMEOUT_S = 120.0
 
+log = logging.getLogger("supervisor")
+
 
 def _flag(argv: list[str], name: str) -> str | None:
     """The last value given to `name` in argv (`--name V` or `--name=V`), as argparse keeps it."""
@@ -42,7 +44,7 @@ def argv_guarantee(argv: list[str], s) -> str:
 def with_guarantee(argv: list[str], guarantee: str) -> list[str]:
     """argv with its --guarantee (any form) replaced by this one."""
     out, skip = [], False
-    for i, a in enumerate(argv):
+    for a in argv:
         if skip:
             skip = False
             continue
@@ -53,7 +55,6 @@ def with_guarantee(argv: list[str], guarantee: str) -> list[str]:
             continue
         out.append(a)
     return out + ["--guarantee", guarantee]
-log = logging.getLogger("supervisor")
 
 
 @dataclass
