@@ -23,41 +23,9 @@ from pathlib import Path
 from bench.common import create_topic, delete_topics, fill, logger, own_broker
 from controlplane.store import connect
 from infra.config import ROOT, load
+from pipelines.supervisor.memory import jvm_of, process_table, read_rss_mb
 
 log = logger("backlog")
-
-
-def rss_mb(pid: int) -> float | None:
-    """Resident memory of a process in MB (None once it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
-def jvm_of(pid: int) -> int | None:
-    for child in children(pid):
-        try:
-            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
-                return child
-        except OSError:
-            continue
-    return None
 
 
 def main(argv: list[str]) -> dict:
@@ -95,8 +63,8 @@ def main(argv: list[str]) -> dict:
                     if job.poll() is not None:
                         raise SystemExit(f"bench backlog: the fraud job exited with {job.returncode}; "
                                          f"see {work / 'fraud.log'}")
-                    jvm = jvm_of(job.pid)
-                    driver, java = rss_mb(job.pid), rss_mb(jvm) if jvm else None
+                    jvm = jvm_of(process_table(), job.pid)
+                    driver, java = read_rss_mb(job.pid), read_rss_mb(jvm.pid) if jvm else None
                     decided = db.execute("SELECT count(*) FROM decisions").fetchone()[0]
                     if driver is not None and java is not None:
                         samples.append((time.monotonic() - started, driver, java, decided))

@@ -121,6 +121,19 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     # the event-time watermark of the windows query, advanced in the same transaction as its results
     "usage_watermarks": ({"name": str, "max_event_time": int, "watermark": int, "updated_at": int},
                          "name"),
+    # the supervisor's housekeeping (pipelines/supervisor/housekeeping.py), every
+    # MEMORY_SAMPLE_SECONDS: the resident memory (VmRSS) of each long-lived process of the run, one
+    # row per process: supervisor, broker, simulator, dashboard, each Spark job's Python driver
+    # (fraud, usage, fraud-standby, ...) and apart from it its Spark JVM (fraud-jvm, ...) and the
+    # Spark Python workers under that JVM (fraud-pyworkers: their RSS summed)
+    "process_memory": ({"ts": int, "process": str, "pid": int, "rss_mb": float}, ("ts", "process")),
+    # the same pass: bytes on disk of the store (its file, WAL and shared memory), the checkpoint
+    # root (offset and commit logs, RocksDB state) and the local broker's data
+    "storage_bytes": ({"ts": int, "what": str, "path": str, "bytes": int}, ("ts", "what")),
+    # the store's retention (STORE_RETENTION_HOURS), per table it prunes: rows older than `horizon`
+    # (ms) are gone; how many the last pass deleted and all passes together
+    "store_retention": ({"name": str, "horizon": int, "deleted": int, "deleted_total": int, "ran_at": int},
+                        "name"),
     # what `python -m bench latency` measured, one row per run (decision append - transaction
     # append, both the broker's LogAppendTime): the dashboard shows these, never estimates
     "latency_runs": ({"ts": int, "mode": str, "rate": float, "achieved_rate": float, "p50_ms": float,

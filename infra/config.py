@@ -88,6 +88,11 @@ class Settings:
     # Spark's web UI in each job (the Overview links it): bound to 127.0.0.1, port 4040 or the next free
     spark_ui: bool = True
     audit_interval_seconds: float = 5.0
+    # the supervisor's housekeeping: RSS of every long-lived process and the store's, checkpoints'
+    # and broker's bytes sampled this often (process_memory, storage_bytes); rows of the growing
+    # tables older than the retention deleted in the same pass
+    memory_sample_seconds: float = 60.0
+    store_retention_hours: float = 24.0
     # a transaction with no decision this long after it arrived counts as undecided on the Fraud page
     fraud_undecided_after_seconds: float = 15.0
     jars_dir: Path = field(default=ROOT / "infra" / "jars")
@@ -184,6 +189,8 @@ def load(env: dict | None = None) -> Settings:
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
+        memory_sample_seconds=_float(env, "MEMORY_SAMPLE_SECONDS", 60.0),
+        store_retention_hours=_float(env, "STORE_RETENTION_HOURS", 24.0),
         dashboard_refresh_seconds=_float(env, "DASHBOARD_REFRESH_SECONDS", 2.0),
         dashboard_store_timeout_ms=_int(env, "DASHBOARD_STORE_TIMEOUT_MS", 1000),
     )

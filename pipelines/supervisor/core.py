@@ -28,6 +28,7 @@ from pipelines.engine import checkpoints
 from pipelines.restarts import Backoff
 from pipelines.supervisor.auditor import LiveAuditor
 from pipelines.supervisor.faults import FaultExecutor, argv_guarantee, with_guarantee
+from pipelines.supervisor.housekeeping import Housekeeper
 from pipelines.supervisor.processes import Child, last_line, send, spawn, stop_all
 
 JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
@@ -68,6 +69,7 @@ class Supervisor:
                                                self.log_dir / f"{job}-standby.log")
         self.faults = FaultExecutor(self)
         self.auditor = LiveAuditor(self.s, lambda: self.stopping)
+        self.housekeeper = Housekeeper(self.s, self.long_lived, lambda: self.stopping)
         self._last_status = 0.0
         self._topics_ready = False
 
@@ -163,6 +165,19 @@ class Supervisor:
                     self._topics_ready = True
                 self.start(child)
 
+    def long_lived(self) -> dict[str, tuple[int, bool]]:
+        """{name: (pid, is a PySpark driver)} of the run's processes now, for the housekeeper:
+        the broker, each job and standby under its role's name (`fraud`, `fraud-standby`)."""
+        out = {}
+        if not self.s.external_bootstrap:
+            for i, pid in enumerate(sorted(broker.broker_pids(self.s))):
+                out["broker" if i == 0 else f"broker-{i + 1}"] = (pid, False)
+        for child in [*list(self.children.values()), *list(self.standbys.values())]:
+            proc = child.proc
+            if proc is not None and proc.returncode is None:  # no poll(): the loop's thread reaps
+                out[child.job] = (proc.pid, child.job.split("-")[0] in SPARK_JOBS)
+        return out
+
     # -- status -----------------------------------------------------------------------------
     def _last_batch(self, job: str) -> int | None:
         pattern = "usage-%" if job == "usage" else job
@@ -226,6 +241,7 @@ class Supervisor:
             self.faults.detect_recoveries()
             self.refresh_status()
             self.auditor.start()
+            self.housekeeper.start()
             time.sleep(0.2)
         self.shutdown()
 
