@@ -398,6 +398,52 @@ def _query_color(query: str, i: int) -> str:
     return SERIES[i % len(SERIES)] if "fraud" not in query else "#3A6EA5"
 
 
+PART_DASH = {"": "solid", "jvm": "dash", "pyworkers": "dot"}
+
+
+def _role(process: str) -> tuple[str, str]:
+    """("fraud-standby", "jvm") of "fraud-standby-jvm": the role (one colour) and the part (one dash)."""
+    for part in ("jvm", "pyworkers"):
+        if process.endswith(f"-{part}"):
+            return process[:-len(part) - 1], part
+    return process, ""
+
+
+def process_memory(df: pd.DataFrame) -> go.Figure:
+    """Resident memory of every long-lived process over time, one line each: a colour per role
+    (fraud, usage, their standbys, the broker, ...), the Python driver solid, its Spark JVM dashed,
+    its Spark Python workers dotted."""
+    fig = go.Figure()
+    roles = list(dict.fromkeys(_role(p)[0] for p in sorted(df["process"].unique())))
+    for process, part in sorted(df.groupby("process"), key=lambda kv: _role(kv[0])):
+        role, kind = _role(process)
+        fig.add_trace(go.Scatter(x=part["time"], y=part["rss_mb"], name=process, mode="lines+markers",
+                                 line=dict(color=SERIES[roles.index(role) % len(SERIES)], width=2,
+                                           dash=PART_DASH[kind]), marker=dict(size=4),
+                                 customdata=part["pid"],
+                                 hovertemplate=f"{process}: %{{y:,.0f}} MB (pid %{{customdata}})<extra></extra>"))
+    fig.update_yaxes(rangemode="tozero", tickformat=",~r")
+    _time_axis(fig, df["time"])
+    return _legend_below(_layout(fig, "Resident memory (RSS) per process", height=440, y_title="RSS (MB)"))
+
+
+STORAGE_NAMES = {"store": "store (file + WAL)", "checkpoints": "checkpoints (logs + RocksDB state)",
+                 "kafka": "broker data"}
+
+
+def storage(df: pd.DataFrame) -> go.Figure:
+    """Bytes on disk over time: the store, the checkpoint root, the local broker's data."""
+    fig = go.Figure()
+    for i, (what, part) in enumerate(df.groupby("what", sort=False)):
+        name = STORAGE_NAMES.get(what, what)
+        fig.add_trace(go.Scatter(x=part["time"], y=part["mib"], name=name, mode="lines+markers",
+                                 line=dict(color=SERIES[i % len(SERIES)], width=2), marker=dict(size=4),
+                                 hovertemplate=f"{name}: %{{y:,.1f}} MiB<extra></extra>"))
+    fig.update_yaxes(rangemode="tozero", tickformat=",~r")
+    _time_axis(fig, df["time"])
+    return _legend_below(_layout(fig, "On disk: store, checkpoints, broker data", height=360, y_title="MiB"))
+
+
 # --- fraud ----------------------------------------------------------------------------------------
 
 def scores(flagged: pd.DataFrame, top: int = 20) -> go.Figure:

@@ -10,6 +10,9 @@ the batches run again after a restart, from Spark's own logs and the sink ledger
 - `ledger_repeats`: batches a store sink was handed more than once (same checkpoint id and batch
   id): applied twice (at-least-once), applied then skipped (exactly-once, the fraud sinks, the
   windows).
+- `process_memory`, `memory_now`, `storage`, `retention`: what the supervisor's housekeeping
+  sampled (`pipelines/supervisor/housekeeping.py`): each long-lived process's resident memory, the
+  bytes of the store, the checkpoints and the broker's data, and what the store's retention deleted.
 """
 from __future__ import annotations
 
@@ -169,3 +172,46 @@ def ledger_repeats(db, now: int | None = None, minutes: float = 60, limit: int =
     df["first"] = to_time(df["first_ts"])
     df["last"] = to_time(df["last_ts"])
     return df
+
+
+# --- memory and disk (the supervisor's housekeeping) ----------------------------------------------
+
+MEMORY_HOURS = 24  # the span the page draws: the store keeps STORE_RETENTION_HOURS (24 by default)
+
+
+def process_memory(db, now: int | None = None, hours: float = MEMORY_HOURS, limit: int = 50_000) -> pd.DataFrame:
+    """Resident memory per process over time (oldest first), from `process_memory`: one row per
+    process and sample; `process` is a role (after a takeover `fraud` is another pid)."""
+    df = frame(db, "SELECT ts, process, pid, rss_mb FROM process_memory WHERE ts > ? ORDER BY ts DESC LIMIT ?",
+               [since(now, hours * 60), limit])
+    df["time"] = to_time(df["ts"])
+    return df.sort_values(["ts", "process"]).reset_index(drop=True)
+
+
+def memory_now(df: pd.DataFrame) -> pd.DataFrame:
+    """Per process: its newest sample, its first in the span, the change between them (%), and
+    how many processes (pids) held the role in the span. Largest absolute change first."""
+    columns = ["process", "rss_mb", "first_mb", "change_pct", "pids", "ts"]
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    g = df.sort_values("ts").groupby("process")
+    out = pd.DataFrame({"rss_mb": g["rss_mb"].last(), "first_mb": g["rss_mb"].first(), "pids": g["pid"].nunique(),
+                        "ts": g["ts"].last()})
+    out["change_pct"] = (out["rss_mb"] - out["first_mb"]) / out["first_mb"] * 100
+    out = out.reset_index()
+    return out.reindex(out["change_pct"].abs().sort_values(ascending=False).index)[columns].reset_index(drop=True)
+
+
+def storage(db, now: int | None = None, hours: float = MEMORY_HOURS, limit: int = 10_000) -> pd.DataFrame:
+    """Bytes on disk over time (oldest first), from `storage_bytes`: the store, the checkpoints, the
+    broker's data."""
+    df = frame(db, "SELECT ts, what, path, bytes FROM storage_bytes WHERE ts > ? ORDER BY ts DESC LIMIT ?",
+               [since(now, hours * 60), limit])
+    df["time"] = to_time(df["ts"])
+    df["mib"] = df["bytes"] / 2**20
+    return df.sort_values(["ts", "what"]).reset_index(drop=True)
+
+
+def retention(db) -> pd.DataFrame:
+    """What the store's retention deleted, per table: the horizon, the last pass, all passes."""
+    return frame(db, "SELECT name, horizon, deleted, deleted_total, ran_at FROM store_retention ORDER BY name")

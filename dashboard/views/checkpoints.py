@@ -1,5 +1,6 @@
-"""Checkpoints & state: every micro-batch, the state it keeps, where each checkpoint stands, and the
-batches run again after a restart (Spark's own logs and the sink ledger)."""
+"""Checkpoints & state: every micro-batch, the state it keeps, where each checkpoint stands, the
+batches run again after a restart (Spark's own logs and the sink ledger), and each process's memory
+and the bytes on disk over time (the supervisor's housekeeping)."""
 import streamlit as st
 
 from dashboard import charts, fmt, ui
@@ -11,7 +12,7 @@ from dashboard.views import text
 
 st.title("Checkpoints & state")
 st.caption("Spark's progress of every micro-batch (last 15 minutes), each checkpoint as Spark left it on disk, "
-           "and the batches run twice. Times are UTC.")
+           "the batches run twice, and what every process and the store weigh (last 24 hours). Times are UTC.")
 
 TIME = st.column_config.DatetimeColumn(format="HH:mm:ss")
 
@@ -88,6 +89,7 @@ def draw(db, s):
         st.caption("Latest recoveries: " + "; ".join(
             f"{r.job} after {r.fault} at {fmt.clock(r.killed_at)}: {fmt.duration_s(r.seconds)}"
             for r in rec.itertuples()) + ".")
+    memory_and_disk(db, s, now)
     if df.empty:
         return
     left, right = st.columns(2)
@@ -108,6 +110,28 @@ def draw(db, s):
                                     "state_rows": st.column_config.NumberColumn("state rows", format="localized"),
                                     "state_rows_dropped_late": st.column_config.NumberColumn("dropped late",
                                                                                              format="localized")})
+
+
+def memory_and_disk(db, s, now):
+    st.subheader("Memory and disk")
+    every = s.memory_sample_seconds
+    mem = data.process_memory(db, now)
+    if mem.empty:
+        ui.no_data(f"no memory sample in the last {data.MEMORY_HOURS} h — the supervisor samples every long-lived "
+                   f"process every {fmt.duration_s(every)} (MEMORY_SAMPLE_SECONDS), the first as it starts; "
+                   "it is not running, or has only just started.")
+    else:
+        st.plotly_chart(charts.process_memory(mem), width="stretch")
+        st.caption(text.memory(data.memory_now(mem), every))
+    disk = data.storage(db, now)
+    kept = data.retention(db)
+    if disk.empty:
+        ui.no_data(f"no size of the store or the checkpoints sampled in the last {data.MEMORY_HOURS} h — the "
+                   f"supervisor samples them with the memory, every {fmt.duration_s(every)}.")
+    else:
+        st.plotly_chart(charts.storage(disk), width="stretch")
+    latest = disk[disk["ts"] == disk["ts"].max()] if not disk.empty else disk
+    st.caption(text.storage(latest, kept, s.store_retention_hours))
 
 
 ui.live(draw)

@@ -274,3 +274,42 @@ def query_health(part) -> str:
                     if removed == 0 else ""))
     parts.append(f"median commit {fmt.duration_ms(part['commit_ms'].median())}")
     return "; ".join(parts) + "."
+
+
+# --- memory and disk ------------------------------------------------------------------------------
+
+def memory(summary, every_s: float) -> str:
+    """The newest memory sample in words, and the role that changed most over the span drawn."""
+    if summary.empty:
+        return "No memory sample yet."
+    newest = summary.loc[summary["ts"].idxmax()]
+    parts = [f"Newest sample at {fmt.clock(newest['ts'])} (one every {fmt.duration_s(every_s)}): "
+             f"{fmt.count(len(summary))} processes, {fmt.decimal(summary['rss_mb'].sum(), unit='MB')} resident together"]
+    top = summary.iloc[0]
+    if not fmt._missing(top["change_pct"]):
+        parts.append(f"the largest change since the first sample shown: {top['process']} "
+                     f"{'+' if top['change_pct'] >= 0 else '−'}{fmt.decimal(abs(top['change_pct']))} % "
+                     f"({fmt.decimal(top['first_mb'])} → {fmt.decimal(top['rss_mb'], unit='MB')})")
+    moved = summary[summary["pids"] > 1]
+    if not moved.empty:
+        parts.append("a name is a role: " + ", ".join(f"{r.process} was {fmt.count(r.pids)} processes"
+                                                      for r in moved.itertuples())
+                     + " in this span (restarts, takeovers), so its line jumps where a new process took over")
+    return "; ".join(parts) + "."
+
+
+def storage(latest, retention, hours: float) -> str:
+    """The newest bytes on disk, and what the store's retention deleted."""
+    names = {"store": "store", "checkpoints": "checkpoints", "kafka": "broker data"}
+    out = ", ".join(f"{names.get(r.what, r.what)} {fmt.size_bytes(r.bytes)}" for r in latest.itertuples())
+    out = (f"Now on disk: {out}." if out else "")
+    if hours <= 0:
+        return out + " The store keeps every row (STORE_RETENTION_HOURS is 0)."
+    if retention is None or retention.empty:
+        return out + (f" The store's retention deletes rows older than {fmt.decimal(hours)} h from the tables that "
+                      "grow with time; no pass has run yet.")
+    last = retention["ran_at"].max()
+    return out + (f" The store's retention deletes rows older than {fmt.decimal(hours)} h from the tables that grow "
+                  f"with time (never the sink ledger): the last pass at {fmt.clock(last)} deleted "
+                  f"{fmt.count(retention['deleted'].sum())} rows, {fmt.count(retention['deleted_total'].sum())} "
+                  "since the store was created.")
