@@ -70,6 +70,8 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                "lost": int, "duplicated": int, "replayed": int, "upstream": int, "lag_records": int,
                "lag_seconds": float, "committed_offsets": str, "sink_total": int,
                "checkpoint_id": str, "committed_batch": int}, ("ts", "job", "guarantee", "metric")),
+    # the live auditor's folded cuts (pipelines.audit.folds), one JSON state each: it resumes from them
+    "audit_cuts": ({"name": str, "state": str, "updated_at": int}, "name"),
     # dead letters seen by the fraud job, counted by reason
     "dead_letters": ({"reason": str, "count": int, "updated_at": int}, "reason"),
     # every failure of a streaming query, as its job's QueryRunner saw it: the batch it failed on

@@ -23,22 +23,23 @@ For the fraud job's two paths (`paths`): per slice of arrival time, what the rea
 restart of the job what its real-time guarantee did (`pipelines.audit.paths`).
 
 `Auditor` keeps what it has read between snapshots, so the supervisor's live auditor reads each
-topic incrementally.
+topic incrementally, in bounded memory: each cut folds what its query has committed into counts
+(`pipelines.audit.folds`) and the topics keep only the unfolded records and a horizon of recent
+ones. The live auditor persists its folds (`audit_cuts`) and resumes from them after a restart.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane import ledger
 from controlplane.clock import now_ms
 from infra.config import Settings, load
 from pipelines import guarantees
 from pipelines.audit import paths as path_figures
-from pipelines.audit.cut import Application, figures
-from pipelines.audit.topics import INVALID, Ids, TopicIndex
+from pipelines.audit.cut import Application, lag
+from pipelines.audit.folds import Duplicates, FraudCut, UsageCut, application, in_cut
+from pipelines.audit.topics import INVALID, TopicIndex, code
 from pipelines.engine import checkpoints
 from simulator.patterns import dead_letter_reason
 
@@ -46,53 +47,103 @@ FRAUD = "fraud"
 PATHS_MINUTES = 30          # how far back the paths are recomputed each audit (the Fraud page's span)
 # the commands that kill or restart the fraud job, and so its real-time query
 RT_FAULTS = ("crash", "zombie", "set-fraud-guarantee")
-
-
-@dataclass
-class _Labels:
-    fraud: dict      # code -> is_fraud
-    bad: set         # codes of malformed inputs
-
-
-def _ranges(offsets_json: str | None, topic: str) -> dict[int, int]:
-    try:
-        doc = json.loads(offsets_json or "{}")
-    except ValueError:
-        return {}
-    return {int(p): int(o) for p, o in (doc.get(topic) or {}).items()}
+# a label or a decision is appended this much before or after its transaction at most: what the
+# fraud cut has not folded is kept with this much around it
+MARGIN_MS = 60_000
+LOOKUP_CHUNK = 500          # txn_ids per store lookup (SQLite's parameter limit is higher)
 
 
 def applications(rows: list[dict], topic: str, checkpoint_id: str | None, committed: int | None) -> list[Application]:
     """The ledger's applied batches inside the cut: every batch of older checkpoints, and those of
     the current checkpoint up to its committed batch (later ones are ahead of the cut)."""
-    out = []
-    for r in rows:
-        if r["outcome"] != ledger.APPLIED:
-            continue
-        if r["checkpoint_id"] == checkpoint_id and (committed is None or r["batch_id"] > committed):
-            continue
-        start, end = _ranges(r["start_offsets"], topic), _ranges(r["end_offsets"], topic)
-        out.append(Application((r["checkpoint_id"], r["batch_id"]), r["processed"] or 0, r["fraud"] or 0,
-                               {p: (start.get(p, 0), e) for p, e in end.items()}))
-    return out
+    return [application(r, topic) for r in rows if in_cut(r, checkpoint_id, committed)]
+
+
+class _Lookup:
+    """Codes -> flags, for the records one index holds (sorted once per audit)."""
+
+    def __init__(self, index: TopicIndex):
+        parts = list(index.partitions().values())
+        cat = (lambda get, dt: np.concatenate([get(p) for p in parts]) if parts else np.zeros(0, dt))
+        codes = cat(lambda p: p.codes, np.int64)
+        order = np.argsort(codes, kind="stable")
+        self.codes = codes[order]
+        self.fraud = cat(lambda p: p.fraud, bool)[order]
+        self.bad = cat(lambda p: p.bad if p.bad is not None else np.zeros(len(p.codes), bool), bool)[order]
+
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, index into this lookup) for each of `codes`."""
+        if not len(self.codes):
+            return np.zeros(len(codes), bool), np.zeros(len(codes), np.int64)
+        i = np.clip(np.searchsorted(self.codes, codes), 0, len(self.codes) - 1)
+        return self.codes[i] == codes, i
 
 
 class Auditor:
-    def __init__(self, s: Settings | None = None, db=None):
+    def __init__(self, s: Settings | None = None, db=None, persist: bool = False):
+        """`persist`: save the cuts after every snapshot (the live auditor; there is one). Any
+        auditor resumes from the saved cuts."""
         from controlplane.store import connect
 
         self.s = s or load()
         self.db = db or connect(self.s.store_path)
-        self.ids = Ids()
+        self.persist = persist
+        self.horizon_ms = int(self.s.audit_horizon_minutes * 60_000)
         t = self.s.topics
-        self.labels = _Labels({}, set())
-        self.decisions = TopicIndex(self.s, t.decisions, self.ids)
-        self.transactions = TopicIndex(self.s, t.transactions, self.ids, reject=self._invalid)
-        self.label_log = TopicIndex(self.s, t.labels, self.ids, on_doc=self._label)
-        self.decisions_rt = TopicIndex(self.s, t.decisions_rt, self.ids)
-        self._store_rowid = 0
-        self._store: dict[int, tuple[int, bool]] = {}   # code -> (batch_id, is_fraud)
+        self.label_log = TopicIndex(self.s, t.labels, on_doc=_bad_label)
+        self.transactions = TopicIndex(self.s, t.transactions, reject=self._invalid, keep_ids=True)
+        self.decisions = TopicIndex(self.s, t.decisions)
+        self.decisions_rt = TopicIndex(self.s, t.decisions_rt)
+        self.cuts = {g: UsageCut(g) for g in guarantees.POLICIES}
+        self.fraud_cut = FraudCut()
+        self.duplicates = Duplicates()
+        self._resumed = not self._load()
 
+    # -- the saved cuts ---------------------------------------------------------------------------
+    def _load(self) -> bool:
+        rows = dict(self.db.execute("SELECT name, state FROM audit_cuts").fetchall())
+        for g in self.cuts:
+            if f"usage:{g}" in rows:
+                self.cuts[g] = UsageCut.from_json(rows[f"usage:{g}"])
+        if "fraud" in rows:
+            self.fraud_cut = FraudCut.from_json(rows["fraud"])
+        if "fraud:duplicates" in rows:
+            self.duplicates = Duplicates.from_json(rows["fraud:duplicates"])
+        return bool(rows)
+
+    def _save(self, now: int) -> None:
+        rows = [{"name": f"usage:{g}", "state": c.to_json(), "updated_at": now} for g, c in self.cuts.items()]
+        rows += [{"name": "fraud", "state": self.fraud_cut.to_json(), "updated_at": now},
+                 {"name": "fraud:duplicates", "state": self.duplicates.to_json(), "updated_at": now}]
+        self.db["audit_cuts"].upsert_all(rows, pk="name", alter=False)
+
+    def _keep_since(self, now: int) -> int:
+        """Records appended before this are forgotten (unless a cut has not folded them)."""
+        since = now - self.horizon_ms
+        if self.fraud_cut.since_ms is not None:
+            since = min(since, self.fraud_cut.since_ms - MARGIN_MS)
+        return since
+
+    def _resume(self, now: int) -> None:
+        """After a restart: read the topics from the horizon (or a cut's unfolded records), and
+        take back the ledger's recent applications each usage cut folded."""
+        since = self._keep_since(now)
+        folds = [c.fold for c in self.cuts.values() if c.fold]
+        lowest = {p: min(f[p] for f in folds if p in f) for p in {p for f in folds for p in f}}
+        self.transactions.start_at(since, self.fraud_cut.fold)
+        self.decisions.start_at(since, lowest)
+        self.label_log.start_at(since)
+        self.decisions_rt.start_at(since)
+        topic = self.s.topics.decisions
+        for g, cut in self.cuts.items():
+            rows = [dict(r) for r in self.db.query(
+                "SELECT * FROM sink_batches WHERE sink = ? AND outcome = 'applied' AND ts >= ? ORDER BY id",
+                [guarantees.POLICIES[g].query, since])]
+            done = set(cut.folded_ids)
+            cut.recent = [application(r, topic) for r in rows if r["id"] <= cut.ledger_pos or r["id"] in done]
+        self._resumed = True
+
+    # -- input contract and labels ----------------------------------------------------------------
     def _invalid(self, value: bytes | None, appended_at: int) -> bool:
         """Whether the fraud job's input contract rejects this transaction (it goes to the dead
         letters, so it is no part of the truth). The contract's Python mirror, judged at the
@@ -101,63 +152,72 @@ class Auditor:
         return dead_letter_reason(value, now_ms=appended_at, past_ms=self.s.validation_past_seconds * 1000,
                                   future_ms=self.s.validation_future_seconds * 1000) is not None
 
-    def _label(self, doc: dict) -> None:
-        code = self.ids.code(doc["txn_id"])
-        self.labels.fraud[code] = bool(doc.get("is_fraud"))
-        if str(doc.get("pattern") or "").startswith("bad:"):
-            self.labels.bad.add(code)
-
     def _checkpoint(self, name: str):
         return self.s.checkpoint_root / name
 
+    # -- the cuts ---------------------------------------------------------------------------------
     def usage(self, policy: guarantees.Guarantee, pos: checkpoints.Position, rows: list[dict], now: int) -> dict:
         topic = self.s.topics.decisions
-        apps = applications(rows, topic, pos.query_id, pos.committed_batch)
-        first = self.db.execute("SELECT offsets FROM usage_starts WHERE guarantee = ? AND topic = ?",
+        first = self.db.execute("SELECT offsets, started_at FROM usage_starts WHERE guarantee = ? AND topic = ?",
                                 [policy.name, topic]).fetchone()
-        initial = checkpoints.initial_offsets(self._checkpoint(policy.query)).get(topic, {})
-        start = {int(p): int(o) for p, o in json.loads(first[0]).items()} if first else initial
-        end = checkpoints.merge_max({topic: pos.committed_offsets.get(topic, {})},
-                                    *({topic: {p: b for p, (_, b) in a.ranges.items()}} for a in apps)).get(topic, {})
-        out = figures(self.decisions.partitions(), start, end, apps, now)
+        signature = f"start:{first[1]}" if first else (f"checkpoint:{pos.query_id}" if pos.query_id else None)
+        cut = self.cuts[policy.name]
+        if signature and cut.signature and cut.signature != signature:  # the sink was reset
+            cut = self.cuts[policy.name] = UsageCut(policy.name)
+            rows = ledger_rows(self.db, policy.query, 0)
+        if signature and not cut.signature:
+            initial = checkpoints.initial_offsets(self._checkpoint(policy.query)).get(topic, {})
+            cut.signature = signature
+            cut.start = {int(p): int(o) for p, o in json.loads(first[0]).items()} if first else initial
+            cut.fold = dict(cut.start)
+        committed = pos.committed_offsets.get(topic, {}) if cut.signature else {}
+        out = cut.update(self.decisions.partitions(), self.decisions.positions, topic, rows, pos.query_id,
+                         pos.committed_batch, committed, now)
         out.update(checkpoint_id=pos.query_id, committed_batch=pos.committed_batch,
                    sink_total=guarantees.counts(self.db).get(policy.name, {}).get("processed", 0))
         return out
 
-    def fraud(self, pos: checkpoints.Position, now: int) -> dict:
+    def fraud(self, pos: checkpoints.Position, now: int, labels: _Lookup) -> dict:
         topic = self.s.topics.transactions
-        checkpoint = self._checkpoint(FRAUD) / "decisions"
-        start = checkpoints.initial_offsets(checkpoint).get(topic, {})
-        end = pos.committed_offsets.get(topic, {})
-        truth, lag_records, oldest = set(), 0, None
-        for p, part in self.transactions.partitions().items():
-            truth.update(part.codes[part.between(start.get(p, 0), end.get(p, 0))].tolist())
-            beyond = part.between(end.get(p, 0), None)
-            lag_records += beyond.stop - beyond.start
-            if beyond.stop > beyond.start:
-                oldest = min(oldest or 1 << 62, int(part.times[beyond.start]))
-        truth -= self.labels.bad
-        truth.discard(INVALID)
-        truth -= self._poison()  # dead-lettered by the poison-batch rule: accounted, never decided
-        committed = pos.committed_batch if pos.committed_batch is not None else -1
-        decided = {c: f for c, (b, f) in self._store.items() if b is not None and b <= committed}
-        parts = [part.codes for part in self.decisions.partitions().values()]
-        codes, counts = np.unique(np.concatenate(parts) if parts else np.zeros(0, np.int64), return_counts=True)
-        in_topic = dict(zip(codes.tolist(), counts.tolist()))
-        tp = sum(1 for c, f in decided.items() if f and self.labels.fraud.get(c))
-        fp = sum(1 for c, f in decided.items() if f and c in self.labels.fraud and not self.labels.fraud[c])
-        fn = sum(1 for c, f in decided.items() if not f and self.labels.fraud.get(c))
+        cut = self.fraud_cut
+        if pos.query_id and cut.checkpoint_id != pos.query_id:  # first seen, or a new checkpoint
+            start = checkpoints.initial_offsets(self._checkpoint(FRAUD) / "decisions").get(topic, {})
+            cut = self.fraud_cut = FraudCut(pos.query_id, dict(start), dict(start))
+        end = pos.committed_offsets.get(topic, {}) if cut.checkpoint_id else {}
+        poison = np.fromiter(self._poison(self._keep_since(now)), np.int64)
+        decided_codes = np.concatenate([p.codes for p in self.decisions.partitions().values()] or [np.zeros(0, np.int64)])
+
+        def valid(part, cut_slice):
+            codes = part.codes[cut_slice]
+            found, i = labels.find(codes)
+            return (codes != INVALID) & ~(found & labels.bad[i]) & ~np.isin(codes, poison)
+
+        def label(codes):
+            found, i = labels.find(codes)
+            return found, found & labels.fraud[i]
+
+        cut.update(self.transactions.partitions(), self.transactions.positions, end, valid,
+                   self.transactions.take_ids, self._decided, lambda c: np.isin(c, decided_codes), label)
+        behind = lag(self.transactions.partitions(), end, now)
+        tp, fp, fn = cut.tp, cut.fp, cut.fn
         return {
-            "truth": len(truth), "observed": len(decided.keys() & truth), "lost": len(truth - decided.keys()),
-            "topic": len(in_topic.keys() & truth), "topic_lost": len(truth - in_topic.keys()),
-            "duplicated": sum(n - 1 for n in in_topic.values()),
+            "truth": cut.truth, "observed": cut.observed, "lost": cut.truth - cut.observed,
+            "topic": cut.topic, "topic_lost": cut.truth - cut.topic, "duplicated": self.duplicates.duplicated,
             "precision": round(tp / (tp + fp), 4) if tp + fp else None,
             "recall": round(tp / (tp + fn), 4) if tp + fn else None,
-            "lag_records": lag_records,
-            "lag_seconds": round(max(0, now - oldest) / 1000, 1) if oldest is not None else 0.0,
-            "committed_offsets": {str(p): o for p, o in sorted(end.items())},
+            **behind, "committed_offsets": {str(p): o for p, o in sorted(end.items())},
             "checkpoint_id": pos.query_id, "committed_batch": pos.committed_batch,
         }
+
+    def _decided(self, txn_ids: list[str]) -> dict[str, bool]:
+        """The store's decisions of these transactions (txn_id -> is_fraud)."""
+        out = {}
+        for i in range(0, len(txn_ids), LOOKUP_CHUNK):
+            chunk = txn_ids[i:i + LOOKUP_CHUNK]
+            marks = ",".join("?" for _ in chunk)
+            out.update((t, bool(f)) for t, f in self.db.execute(
+                f"SELECT txn_id, is_fraud FROM decisions WHERE txn_id IN ({marks})", chunk).fetchall())
+        return out
 
     def snapshot(self) -> dict:
         """Truth vs observed for the fraud job and each usage guarantee, as one dict.
@@ -168,30 +228,56 @@ class Auditor:
         """
         fraud_pos = checkpoints.position(self._checkpoint(FRAUD) / "decisions")
         usage_pos = {g: checkpoints.position(self._checkpoint(p.query)) for g, p in guarantees.POLICIES.items()}
-        ledgers = {g: ledger.batches(self.db, p.query) for g, p in guarantees.POLICIES.items()}
-        self._read_store()
+        ledgers = {g: ledger_rows(self.db, p.query, self.cuts[g].ledger_pos) for g, p in guarantees.POLICIES.items()}
+        now = now_ms()
+        if not self._resumed:
+            self._resume(now)
         self.label_log.read()
         self.transactions.read()
         self.decisions.read()
         self.decisions_rt.read()
-        now = now_ms()
-        return {"fraud": self.fraud(fraud_pos, now),
+        self.duplicates.update(self.decisions.partitions())
+        labels = _Lookup(self.label_log)
+        snap = {"fraud": self.fraud(fraud_pos, now, labels),
                 "usage": {g: self.usage(p, usage_pos[g], ledgers[g], now) for g, p in guarantees.POLICIES.items()},
-                "paths": self.paths(now)}
+                "paths": self.paths(now, labels)}
+        self._trim(now)
+        if self.persist:
+            self._save(now)
+        return snap
 
-    def _stamps(self, index: TopicIndex, drop: set | None = None) -> path_figures.Stamps:
-        parts = index.partitions().values()
+    def _trim(self, now: int) -> None:
+        since = self._keep_since(now)
+        folds = [c.fold for c in self.cuts.values() if c.fold]
+        lowest = {p: min(f[p] for f in folds if p in f) for p in {p for f in folds for p in f}}
+        self.transactions.trim(since, self.fraud_cut.fold)
+        self.decisions.trim(since, lowest)
+        self.label_log.trim(since)
+        self.decisions_rt.trim(since)
+        for cut in self.cuts.values():
+            cut.forget(since)
+
+    def held(self) -> dict:
+        """Records each topic index holds in memory now."""
+        return {i.topic: i.held() for i in (self.label_log, self.transactions, self.decisions, self.decisions_rt)}
+
+    def _stamps(self, index: TopicIndex, keep=None) -> path_figures.Stamps:
+        parts = list(index.partitions().values())
         s = path_figures.Stamps.concat([path_figures.Stamps(p.codes, p.times) for p in parts])
-        if drop:
-            keep = ~np.isin(s.codes, np.fromiter(drop, np.int64, len(drop)))
-            s = path_figures.Stamps(s.codes[keep], s.times[keep])
+        if keep is not None:
+            mask = keep(s.codes)
+            s = path_figures.Stamps(s.codes[mask], s.times[mask])
         return s
 
-    def paths(self, now: int) -> dict:
+    def paths(self, now: int, labels: _Lookup) -> dict:
         """The two paths over the last PATHS_MINUTES and what each kill or restart of the fraud job
         did to the real-time path (`pipelines.audit.paths.survey`), with the starts of the
         real-time query the job recorded (`fraud_rt_runs`) and the commands that killed it."""
-        tx, rt, acc = (self._stamps(self.transactions, self.labels.bad | {INVALID}), self._stamps(self.decisions_rt),
+        def transaction(codes):
+            found, i = labels.find(codes)
+            return (codes != INVALID) & ~(found & labels.bad[i])
+
+        tx, rt, acc = (self._stamps(self.transactions, transaction), self._stamps(self.decisions_rt),
                        self._stamps(self.decisions))
         runs = self.db.execute("SELECT started_at, guarantee FROM fraud_rt_runs ORDER BY started_at").fetchall()
         marks = ",".join("?" for _ in RT_FAULTS)
@@ -202,20 +288,22 @@ class Auditor:
         return path_figures.survey(tx, rt, acc, runs, faults, now, int(self.s.audit_interval_seconds * 1000),
                                    int(self.s.fraud_undecided_after_seconds * 1000), PATHS_MINUTES)
 
-    def _poison(self) -> set:
-        """Codes of the transactions the poison-batch rule dead-lettered (`quarantines`)."""
-        return {self.ids.code(r["txn_id"])
-                for (text,) in self.db.execute("SELECT records FROM quarantines WHERE job = ? AND status = ?",
-                                               [FRAUD, "dead-lettered"]).fetchall()
-                for r in json.loads(text or "[]")}
+    def _poison(self, since: int) -> set:
+        """Codes of the transactions the poison-batch rule dead-lettered (`quarantines`) lately."""
+        return {code(r["txn_id"])
+                for (text,) in self.db.execute("SELECT records FROM quarantines WHERE job = ? AND status = ? "
+                                               "AND coalesce(done_at, created_at) >= ?",
+                                               [FRAUD, "dead-lettered", since]).fetchall()
+                for r in json.loads(text or "[]") if isinstance(r, dict) and isinstance(r.get("txn_id"), str)}
 
-    def _read_store(self) -> None:
-        """The store's decisions since the last read (txn_id -> batch id, is_fraud)."""
-        for rowid, txn_id, batch_id, fraud in self.db.execute(
-                "SELECT rowid, txn_id, batch_id, is_fraud FROM decisions WHERE rowid > ? ORDER BY rowid",
-                [self._store_rowid]).fetchall():
-            self._store[self.ids.code(txn_id)] = (batch_id, bool(fraud))
-            self._store_rowid = rowid
+
+def ledger_rows(db, sink: str, after: int) -> list[dict]:
+    """The sink ledger's rows after id `after` (the ones a cut has not folded)."""
+    return [dict(r) for r in db.query("SELECT * FROM sink_batches WHERE sink = ? AND id > ? ORDER BY id", [sink, after])]
+
+
+def _bad_label(doc: dict) -> bool:
+    return str(doc.get("pattern") or "").startswith("bad:")
 
 
 def snapshot(s: Settings | None = None, db=None) -> dict:

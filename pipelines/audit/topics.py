@@ -1,50 +1,65 @@
-"""Topics read for the audit, incrementally and read_committed: each record's offset, txn_id,
-is_fraud and append time, kept per partition in arrays the cut can slice by offset."""
+"""Topics read for the audit, incrementally and read_committed: each record's offset, txn_id code,
+flags and append time, kept per partition in numpy arrays the cut can slice by offset.
+
+Memory is bounded: an index keeps only what some figure still needs (`trim`): the records no cut
+has folded yet, and the horizon (`AUDIT_HORIZON_MINUTES`) the paths and the duplicate checks
+look back over. A txn_id is kept as its 64-bit hash (`code`), never as the string, except the
+transactions' ids not yet folded (`keep_ids`), which the fraud cut looks up in the store.
+"""
 from __future__ import annotations
 
 import json
+from collections import deque
 
 import numpy as np
 
 from infra import kafka_client
 from pipelines.audit.cut import Partition
 
-
-class Ids:
-    """txn_id <-> small int codes, shared by every topic of one auditor."""
-
-    def __init__(self):
-        self.codes: dict[str, int] = {}
-
-    def code(self, txn_id: str) -> int:
-        c = self.codes.get(txn_id)
-        if c is None:
-            c = self.codes[txn_id] = len(self.codes)
-        return c
-
-
 # The code of a record the input contract rejects (a dead letter): indexed, so offsets and lag
-# stay whole, but never a txn_id of the truth.
+# stay whole, but never a txn_id of the truth. Python's str hash never returns -1.
 INVALID = -1
 
 
+def code(txn_id: str) -> int:
+    """A txn_id's code: its 64-bit hash in this process (codes are never persisted)."""
+    return hash(txn_id)
+
+
 class TopicIndex:
-    def __init__(self, s, topic: str, ids: Ids, on_doc=None, reject=None):
+    def __init__(self, s, topic: str, on_doc=None, reject=None, keep_ids: bool = False):
         """`reject(value, timestamp)`: whether a record breaks the input contract (it is indexed
-        as INVALID, whatever txn_id it carries)."""
-        self.s, self.topic, self.ids, self.on_doc, self.reject = s, topic, ids, on_doc, reject
-        self._cols: dict[int, tuple[list, list, list, list]] = {}
-        self._arrays: dict[int, Partition] = {}
+        as INVALID, whatever txn_id it carries). `on_doc(doc) -> bool`: the record's `bad` flag
+        (the labels mark malformed inputs so)."""
+        self.s, self.topic, self.on_doc, self.reject, self.keep_ids = s, topic, on_doc, reject, keep_ids
+        self._new: dict[int, tuple[list, list, list, list, list]] = {}
+        self._parts: dict[int, Partition] = {}
+        self.ids: dict[int, deque] = {}         # partition -> (offset, txn_id) not yet folded
         self.positions: dict[int, int] = {}
         self.records = 0
 
-    def partitions(self) -> dict[int, Partition]:
-        for p, (o, c, f, t) in self._cols.items():
-            have = self._arrays.get(p)
-            if have is None or len(have.offsets) != len(o):
-                self._arrays[p] = Partition(np.asarray(o, dtype=np.int64), np.asarray(c, dtype=np.int64),
-                                            np.asarray(f, dtype=bool), np.asarray(t, dtype=np.int64))
-        return self._arrays
+    # -- reading ------------------------------------------------------------------------------
+    def start_at(self, since_ms: int, floors: dict[int, int] | None = None) -> None:
+        """Where a restarted auditor begins: the first record appended at `since_ms`, or the
+        partition's floor (a cut's unfolded records) when that is earlier."""
+        from kafka import TopicPartition
+
+        c = kafka_client.consumer(self.s, group_id=None)
+        try:
+            parts = kafka_client.partitions(c, self.topic, wait_s=1.0)
+            tps = [TopicPartition(self.topic, p) for p in parts]
+            if not tps:
+                return
+            found = c.offsets_for_times({tp: since_ms for tp in tps})
+            ends = c.end_offsets(tps)
+            for tp in tps:
+                at = found.get(tp)
+                o = at.offset if at is not None else ends[tp]
+                if floors and tp.partition in floors:
+                    o = min(o, floors[tp.partition])
+                self.positions[tp.partition] = o
+        finally:
+            c.close()
 
     def read(self) -> "TopicIndex":
         """Read from where the last read stopped up to the end offsets taken now."""
@@ -79,11 +94,12 @@ class TopicIndex:
             return self
         finally:
             c.close()
+            self._flush()
 
     def _add(self, r) -> None:
         self.records += 1
         if self.reject is not None and self.reject(r.value, r.timestamp):
-            self._index(r, INVALID, False)
+            self._index(r, INVALID, False, True, None)
             return
         try:
             doc = json.loads(r.value)
@@ -91,13 +107,51 @@ class TopicIndex:
             return
         if not isinstance(doc, dict) or not isinstance(doc.get("txn_id"), str):
             return
-        if self.on_doc:
-            self.on_doc(doc)
-        self._index(r, self.ids.code(doc["txn_id"]), bool(doc.get("is_fraud")))
+        bad = bool(self.on_doc(doc)) if self.on_doc else False
+        self._index(r, code(doc["txn_id"]), bool(doc.get("is_fraud")), bad, doc["txn_id"])
 
-    def _index(self, r, code: int, is_fraud: bool) -> None:
-        o, c, f, t = self._cols.setdefault(r.partition, ([], [], [], []))
+    def _index(self, r, c: int, is_fraud: bool, bad: bool, txn_id: str | None) -> None:
+        o, cs, f, b, t = self._new.setdefault(r.partition, ([], [], [], [], []))
         o.append(r.offset)
-        c.append(code)
+        cs.append(c)
         f.append(is_fraud)
+        b.append(bad)
         t.append(r.timestamp)
+        if self.keep_ids and txn_id is not None and c != INVALID:
+            self.ids.setdefault(r.partition, deque()).append((r.offset, txn_id))
+
+    def _flush(self) -> None:
+        """The records of the last read, appended to the partitions' arrays."""
+        for p, (o, c, f, b, t) in self._new.items():
+            if not o:
+                continue
+            new = Partition(np.asarray(o, np.int64), np.asarray(c, np.int64), np.asarray(f, bool),
+                            np.asarray(t, np.int64), np.asarray(b, bool))
+            have = self._parts.get(p)
+            self._parts[p] = new if have is None else have.append(new)
+        self._new = {}
+
+    # -- what is kept -------------------------------------------------------------------------
+    def partitions(self) -> dict[int, Partition]:
+        return self._parts
+
+    def held(self) -> int:
+        """Records held in memory."""
+        return sum(len(p.offsets) for p in self._parts.values())
+
+    def trim(self, before_ms: int, floors: dict[int, int] | None = None) -> None:
+        """Forget the records appended before `before_ms`, but none at or beyond a partition's
+        floor (records some cut has not folded yet)."""
+        for p, part in list(self._parts.items()):
+            cut = part.first_at(before_ms)
+            if floors and p in floors:
+                cut = min(cut, int(np.searchsorted(part.offsets, floors[p], "left")))
+            if cut:
+                self._parts[p] = part.tail(cut)
+
+    def take_ids(self, p: int, end: int) -> list[tuple[int, str]]:
+        """The kept (offset, txn_id) of partition `p` below `end`, removed (the fold consumed them)."""
+        q, out = self.ids.get(p), []
+        while q and q[0][0] < end:
+            out.append(q.popleft())
+        return out

@@ -25,7 +25,7 @@ class LiveAuditor:
         from pipelines import audit
 
         db = connect(s=self.s)
-        auditor = audit.Auditor(self.s, db)
+        auditor = audit.Auditor(self.s, db, persist=True)
         while not self.stopping():
             started = time.monotonic()
             try:

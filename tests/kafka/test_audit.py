@@ -123,3 +123,51 @@ def test_cli_prints_one_json_line_last(kafka, settings, topic, tmp_path):
     alo = snap["usage"]["at-least-once"]
     # nothing has run: nothing is owed, all three records are lag
     assert (alo["truth"], alo["lost"], alo["lag_records"]) == (0, 0, 3)
+
+
+def test_a_restarted_auditor_resumes_from_its_saved_cuts(kafka, settings, topic, store, tmp_path):
+    s = _settings(settings, topic, tmp_path)
+    t = s.topics.decisions
+    produce(t, [decision(i) for i in range(20)])
+    eo, alo = guarantees.policy("exactly-once"), guarantees.policy("at-least-once")
+    checkpoint(s.checkpoint_root / eo.query, t, "eo", [10, 20], committed=1)
+    checkpoint(s.checkpoint_root / alo.query, t, "alo", [10, 20], committed=0)
+    for p, cp in ((eo, "eo"), (alo, "alo")):
+        p.write(store, batch(p.query, cp, 0, 0, 10, t, 10), 1)
+        p.write(store, batch(p.query, cp, 1, 10, 20, t, 10), 1)
+    first = audit.Auditor(s, store, persist=True).snapshot()["usage"]
+    assert (first["exactly-once"]["truth"], first["at-least-once"]["truth"]) == (20, 10)
+
+    produce(t, [decision(i) for i in range(20, 30)] + [decision(0), decision(1)])   # two ids again, upstream
+    checkpoint(s.checkpoint_root / eo.query, t, "eo", [10, 20, 32], committed=2)
+    eo.write(store, batch(eo.query, "eo", 2, 20, 32, t, 10), 1)                        # it dedupes them
+    checkpoint(s.checkpoint_root / alo.query, t, "alo", [10, 20, 32], committed=2)
+    alo.write(store, batch(alo.query, "alo", 1, 10, 20, t, 10), 1)                     # the replay of batch 1
+    alo.write(store, batch(alo.query, "alo", 2, 20, 32, t, 12), 1)
+    again = audit.Auditor(s, store, persist=True)
+    assert again.cuts["exactly-once"].fold == {0: 20} and again.cuts["exactly-once"].folded.truth == 20
+    snap = again.snapshot()["usage"]
+    e, a = snap["exactly-once"], snap["at-least-once"]
+    assert (e["truth"], e["observed"], e["lost"], e["duplicated"]) == (30, 30, 0, 0)
+    assert (a["truth"], a["observed"], a["lost"], a["replayed"], a["upstream"]) == (30, 42, 0, 10, 2)
+
+
+def test_the_audit_holds_only_what_it_has_not_folded(kafka, settings, topic, store, tmp_path):
+    s = dataclasses.replace(_settings(settings, topic, tmp_path), audit_horizon_minutes=0.0)
+    t = s.topics.decisions
+    produce(t, [decision(i) for i in range(30)])
+    eo, alo = guarantees.policy("exactly-once"), guarantees.policy("at-least-once")
+    checkpoint(s.checkpoint_root / eo.query, t, "eo", [10, 30], committed=1)
+    checkpoint(s.checkpoint_root / alo.query, t, "alo", [10, 30], committed=0)
+    for p, cp in ((eo, "eo"), (alo, "alo")):
+        p.write(store, batch(p.query, cp, 0, 0, 10, t, 10), 1)
+        p.write(store, batch(p.query, cp, 1, 10, 30, t, 20), 1)
+    auditor = audit.Auditor(s, store)
+    snap = auditor.snapshot()["usage"]
+    assert (snap["exactly-once"]["truth"], snap["at-least-once"]["truth"]) == (30, 10)
+    # with no horizon, what every cut folded is gone: at-least-once has folded up to offset 10
+    assert auditor.held()[t] == 20
+    checkpoint(s.checkpoint_root / alo.query, t, "alo", [10, 30], committed=1)
+    snap = auditor.snapshot()["usage"]
+    assert snap["at-least-once"]["truth"] == 30 and snap["at-least-once"]["lost"] == 0
+    assert auditor.held()[t] == 0

@@ -9,7 +9,7 @@ import numpy as np
 
 from infra.config import load
 from pipelines.audit import Auditor
-from pipelines.audit.topics import INVALID, Ids, TopicIndex
+from pipelines.audit.topics import INVALID, TopicIndex
 from simulator import patterns as P
 
 Record = namedtuple("Record", "value timestamp partition offset")
@@ -25,13 +25,14 @@ def test_a_rejected_record_is_indexed_as_invalid_and_the_rest_by_txn_id():
     s = load()
     auditor = Auditor.__new__(Auditor)  # only its contract check, no Kafka
     auditor.s = s
-    index = TopicIndex(s, "transactions", Ids(), reject=auditor._invalid)
+    index = TopicIndex(s, "transactions", reject=auditor._invalid)
     rng = np.random.default_rng(7)
     sent = [json.dumps(valid("ok-1")).encode()]
     sent += [P.malformed(valid(f"bad-{kind}"), kind, rng)[0] for kind in P.BAD_KINDS]  # the whole corpus
     sent.append(json.dumps(valid("ok-2")).encode())
     for offset, value in enumerate(sent):
         index._add(Record(value, NOW, 0, offset))
+    index._flush()
     part = index.partitions()[0]
     assert part.offsets.tolist() == list(range(len(sent)))  # every record indexed: lag counts stay whole
     codes = part.codes.tolist()
