@@ -170,8 +170,9 @@ def spark_rows(name: str, pid: int, table: dict[int, Proc]) -> list[tuple[str, i
 
 
 def dir_bytes(path: Path) -> int | None:
-    """Bytes of every file under `path` (None: no such folder). Files that vanish while it walks
-    (RocksDB compaction, Spark's log cleanup) are skipped."""
+    """Bytes on disk of every file under `path`: the blocks allocated, not the apparent size
+    (Kafka preallocates its 10 MB index files sparse). None: no such folder. Files that vanish
+    while it walks (RocksDB compaction, Spark's log cleanup) are skipped."""
     path = Path(path)
     if not path.is_dir():
         return None
@@ -184,7 +185,7 @@ def dir_bytes(path: Path) -> int | None:
                         if entry.is_dir(follow_symlinks=False):
                             todo.append(entry.path)
                         elif entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
+                            total += entry.stat(follow_symlinks=False).st_blocks * 512
                     except OSError:
                         continue
         except OSError:
