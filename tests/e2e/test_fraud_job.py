@@ -210,7 +210,8 @@ def test_crash_after_sink_and_a_broker_outage_longer_than_the_delivery_timeout(k
     crashed = job.rows("SELECT batch_id, count(*) AS n FROM sink_batches WHERE sink = 'fraud' GROUP BY batch_id")
     assert crashed, "the batch was written to the sinks before the kill"
 
-    later = [txn(f"d-{i}", f"card-{i % 50}", t0 + 500_000 + i * 1_000) for i in range(3_000)]
+    # a backlog of 15 batches: the outage below comes after the first 3, with 12 still to go
+    later = [txn(f"d-{i}", f"card-{i % 50}", t0 + 500_000 + i * 1_000) for i in range(1_500)]
     produce(kafka, job.tx, later)
     proc = job.start("--max-offsets-per-trigger", "100")
     try:
