@@ -71,12 +71,14 @@ class _Lookup:
         self.fraud = cat(lambda p: p.fraud, bool)[order]
         self.bad = cat(lambda p: p.bad if p.bad is not None else np.zeros(len(p.codes), bool), bool)[order]
 
-    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found mask, index into this lookup) for each of `codes`."""
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found, fraud, bad) masks for each of `codes` (fraud and bad: False where not found)."""
         if not len(self.codes):
-            return np.zeros(len(codes), bool), np.zeros(len(codes), np.int64)
+            none = np.zeros(len(codes), bool)
+            return none, none, none
         i = np.clip(np.searchsorted(self.codes, codes), 0, len(self.codes) - 1)
-        return self.codes[i] == codes, i
+        found = self.codes[i] == codes
+        return found, found & self.fraud[i], found & self.bad[i]
 
 
 class Auditor:
@@ -189,12 +191,10 @@ class Auditor:
 
         def valid(part, cut_slice):
             codes = part.codes[cut_slice]
-            found, i = labels.find(codes)
-            return (codes != INVALID) & ~(found & labels.bad[i]) & ~np.isin(codes, poison)
+            return (codes != INVALID) & ~labels.find(codes)[2] & ~np.isin(codes, poison)
 
         def label(codes):
-            found, i = labels.find(codes)
-            return found, found & labels.fraud[i]
+            return labels.find(codes)[:2]
 
         cut.update(self.transactions.partitions(), self.transactions.positions, end, valid,
                    self.transactions.take_ids, self._decided, lambda c: np.isin(c, decided_codes), label)
@@ -274,8 +274,7 @@ class Auditor:
         did to the real-time path (`pipelines.audit.paths.survey`), with the starts of the
         real-time query the job recorded (`fraud_rt_runs`) and the commands that killed it."""
         def transaction(codes):
-            found, i = labels.find(codes)
-            return (codes != INVALID) & ~(found & labels.bad[i])
+            return (codes != INVALID) & ~labels.find(codes)[2]
 
         tx, rt, acc = (self._stamps(self.transactions, transaction), self._stamps(self.decisions_rt),
                        self._stamps(self.decisions))

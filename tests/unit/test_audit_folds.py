@@ -202,3 +202,19 @@ def test_duplicates_are_counted_once_as_they_are_read():
     assert d.duplicated == 3
     d.update({0: _part([3, 2, 4, 4, 5], offsets=range(2, 7))})       # the head forgotten: nothing new
     assert (d.duplicated, d.counted_to) == (3, {0: 7})
+
+
+@pytest.mark.unit
+def test_label_lookup_with_labels_and_with_none():
+    from infra.config import load
+    from pipelines.audit import _Lookup
+    from pipelines.audit.topics import TopicIndex
+
+    index = TopicIndex(load(), "labels")
+    codes = np.asarray([5, 7, 9], np.int64)
+    assert [m.tolist() for m in _Lookup(index).find(codes)] == [[False] * 3] * 3   # none read yet
+    index._parts[0] = Partition(np.arange(3, dtype=np.int64), np.asarray([9, 5, 11], np.int64),
+                                np.asarray([True, False, True]), np.zeros(3, np.int64), np.asarray([False, True, False]))
+    found, fraud, bad = _Lookup(index).find(codes)
+    assert (found.tolist(), fraud.tolist(), bad.tolist()) == ([True, False, True], [False, False, True],
+                                                              [True, False, False])
