@@ -30,6 +30,7 @@ from bench.common import logger, own_broker
 from infra.config import ROOT, load
 
 log = logger("all")
+ALONE = ("all", "soak")  # soak runs an hour on its own: `python -m bench soak`
 ORDER = ["limit", "peer", "produce", "throughput", "latency", "guarantees", "recovery", "fraud-guarantees"]
 QUICK = {
     "limit": ["--events", "300000"],
@@ -200,7 +201,7 @@ def run_once(name: str, args: list[str], timeout: float) -> dict:
 def main(argv: list[str]) -> dict:
     from bench.__main__ import scenarios
 
-    known = [n for n in scenarios() if n != "all"]
+    known = [n for n in scenarios() if n not in ALONE]
     p = argparse.ArgumentParser(prog="python -m bench all")
     p.add_argument("--markdown", action="store_true", help="write the results table (see --out)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
