@@ -21,10 +21,14 @@ one JSON object:
 
     {minutes, rate, standby, dashboard, faults: {issued, done, failed, by_kind}, fault_log,
      rss_mb: {process: [first, at_10_min, last]}, growth_pct: {process: %}, growth_from_minute,
+     process_growth_pct: {process: {pct, pid, minutes} | null},
      pids: {process: how many processes held the role}, store_bytes: [first, last],
      checkpoint_bytes: [first, last], kafka_bytes: [first, last], audit: {...}, exact, left_running}
 
-`growth_pct` is from the sample at minute 10 to the last; with `--minutes` under 10, `at_10_min`
+`process_growth_pct` is per process, never across a takeover: for each role the largest growth of
+one pid from its sample at minute 10 of the run (and 10 minutes into its own life) to its last,
+over at least 10 minutes of samples: {pct, pid, minutes}, or null when no process of the role
+lived that long. `growth_pct` is from the sample at minute 10 to the last; with `--minutes` under 10, `at_10_min`
 is the last sample and the growth is from minute 1 (`growth_from_minute` says which). A name is a
 role: after a takeover `usage` is another process (`pids` counts them), so its line compares two.
 The bench exits 1 (its JSON printed first) when the exactly-once figures are not exact at the end:
@@ -96,6 +100,10 @@ def memory_figures(rows: list[tuple[int, str, int, float]], t0_ms: int, minutes:
             by.setdefault(process, []).append((ts, rss))
             pids.setdefault(process, set()).add(pid)
     rss_mb, growth = {}, {}
+    per_pid: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    for ts, process, pid, rss in sorted(rows):
+        if t0_ms - slack_ms <= ts <= end:
+            per_pid.setdefault((process, pid), []).append((ts, rss))
     for process, samples in sorted(by.items()):
         first, last = samples[0], samples[-1]
         ten = at_or_after(samples, t0_ms + 10 * 60_000 - slack_ms) if minutes >= 10 else None
@@ -107,7 +115,27 @@ def memory_figures(rows: list[tuple[int, str, int, float]], t0_ms: int, minutes:
         else:
             growth[process] = None  # no sample after the base one: no growth to speak of
     return {"rss_mb": rss_mb, "growth_pct": growth, "growth_from_minute": base_minute,
-            "pids": {p: len(v) for p, v in sorted(pids.items())}}
+            "pids": {p: len(v) for p, v in sorted(pids.items())},
+            "process_growth_pct": process_growth(per_pid, t0_ms + base_minute * 60_000 - slack_ms)}
+
+
+def process_growth(per_pid: dict[tuple[str, int], list[tuple[int, float]]], from_ms: int,
+                   warm_ms: int = 10 * 60_000) -> dict[str, dict | None]:
+    """Per role, the largest growth of one process (one pid) over the samples from `from_ms` and
+    at least `warm_ms` into its own life to its last, among the processes with `warm_ms` of such
+    samples: {"pct", "pid", "minutes"}; None when no process of the role lived that long. A role's
+    line in `growth_pct` can compare two processes (a takeover); this one never does."""
+    out: dict[str, dict | None] = {}
+    for (process, pid), samples in sorted(per_pid.items()):
+        out.setdefault(process, None)
+        base = at_or_after(samples, max(from_ms, samples[0][0] + warm_ms))
+        last = samples[-1]
+        if base is None or last[0] - base[0] < warm_ms or base[1] <= 0:
+            continue
+        pct = round((last[1] - base[1]) / base[1] * 100, 1)
+        if out[process] is None or pct > out[process]["pct"]:
+            out[process] = {"pct": pct, "pid": pid, "minutes": round((last[0] - base[0]) / 60_000)}
+    return out
 
 
 def first_last(rows: list[tuple[int, int]]) -> list[int | None]:
@@ -337,7 +365,9 @@ def main(argv: list[str]) -> dict:
             f"last {last:,} MB; "
             + (f"growth {growth:+.1f} % from minute {result['growth_from_minute']}" if growth is not None
                else "no growth figure (no sample after its base one)")
-            + (f" ({result['pids'][process]} processes held the role)" if result["pids"][process] > 1 else ""))
+            + (f" ({result['pids'][process]} processes held the role)" if result["pids"][process] > 1 else "")
+            + (f"; one process over {pg['minutes']} min: {pg['pct']:+.1f} %"
+               if (pg := result["process_growth_pct"].get(process)) else ""))
     say("on disk, first → last: " + ", ".join(f"{what} {mib(result[key][0])} → {mib(result[key][1])}" for what, key in
                                               (("store", "store_bytes"), ("checkpoints", "checkpoint_bytes"),
                                                ("broker data", "kafka_bytes")))

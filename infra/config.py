@@ -90,7 +90,7 @@ class Settings:
     audit_interval_seconds: float = 5.0
     # what the auditor keeps of the topics beyond its folds: the Fraud page's paths look back this
     # far, and a txn_id repeated further apart counts as two transactions
-    audit_horizon_minutes: float = 30.0
+    audit_horizon_minutes: float = 10.0
     # the supervisor's housekeeping: RSS of every long-lived process and the store's, checkpoints'
     # and broker's bytes sampled this often (process_memory, storage_bytes); rows of the growing
     # tables older than the retention deleted in the same pass
@@ -192,7 +192,7 @@ def load(env: dict | None = None) -> Settings:
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
-        audit_horizon_minutes=_float(env, "AUDIT_HORIZON_MINUTES", 30.0),
+        audit_horizon_minutes=_float(env, "AUDIT_HORIZON_MINUTES", 10.0),
         memory_sample_seconds=_float(env, "MEMORY_SAMPLE_SECONDS", 60.0),
         store_retention_hours=_float(env, "STORE_RETENTION_HOURS", 24.0),
         dashboard_refresh_seconds=_float(env, "DASHBOARD_REFRESH_SECONDS", 2.0),

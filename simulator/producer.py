@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,8 +79,6 @@ class TopicStats:
     appended: int = 0
     sent: int = 0
     failed: int = 0
-    # (milliseconds from stamp to acknowledgement, records) per acknowledged slice of a batch
-    latencies: list = field(default_factory=list)
 
 
 class Producer:
@@ -162,7 +160,7 @@ class Producer:
     def totals(self, topic: str) -> TopicStats:
         with self._lock:
             s = self._stats(topic)
-            return TopicStats(s.appended, s.sent, s.failed, list(s.latencies))
+            return TopicStats(s.appended, s.sent, s.failed)
 
     def flush(self, timeout: float | None = 60.0) -> bool:
         """Send everything appended and wait for the broker's answers; False if that timed out."""
@@ -186,19 +184,15 @@ class Producer:
         """The sender thread's callback when a batch's fate is final (acknowledged or failed)."""
         _, _, record_errors = result
         n = batch.record_count
-        now = time.time() * 1000
         with self._lock:
             if record_errors is None:
                 stats.sent += n
-                for stamp, count in batch.cs_stamps:
-                    stats.latencies.append((now - stamp, count))
             else:
                 stats.failed += n
 
     def _record_done(self, stats: TopicStats, stamp_ms: int, _metadata) -> None:
         with self._lock:
             stats.sent += 1
-            stats.latencies.append((time.time() * 1000 - stamp_ms, 1))
 
     def _record_failed(self, stats: TopicStats, _exc) -> None:
         with self._lock:
@@ -231,7 +225,7 @@ class Producer:
         records = MemoryRecordsBuilder(acc.config["message_version"], acc.config["compression_attrs"],
                                        self.batch_bytes)
         batch = ProducerBatch(tp, records, now=now)
-        batch.cs_stamps = []
+        batch.cs_bulk = True  # ours: appended to in place by _append
         batch.produce_future.add_callback(self._batch_done, stats, batch)
         return batch
 
@@ -251,7 +245,7 @@ class Producer:
                 i, n = 0, len(keys)
                 while i < n:
                     mrb = batch.records if batch is not None else None
-                    if mrb is None or mrb._closed or not hasattr(batch, "cs_stamps") or mrb.is_full():
+                    if mrb is None or mrb._closed or not hasattr(batch, "cs_bulk") or mrb.is_full():
                         batch = self._new_batch(tp, stats, now)
                         dq.append(batch)
                         acc._incomplete.add(batch)
@@ -291,7 +285,6 @@ class Producer:
                         builder._last_offset = offset - 1
                         if stamp_ms > builder._max_timestamp:
                             builder._max_timestamp = stamp_ms
-                        batch.cs_stamps.append((stamp_ms, appended))
                         batch.max_record_size = biggest
                         batch.last_append = now
                     if i < n:  # this batch is full: the next record opens a new one

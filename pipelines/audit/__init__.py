@@ -44,7 +44,6 @@ from pipelines.engine import checkpoints
 from simulator.patterns import dead_letter_reason
 
 FRAUD = "fraud"
-PATHS_MINUTES = 30          # how far back the paths are recomputed each audit (the Fraud page's span)
 # the commands that kill or restart the fraud job, and so its real-time query
 RT_FAULTS = ("crash", "zombie", "set-fraud-guarantee")
 # a label or a decision is appended this much before or after its transaction at most: what the
@@ -91,9 +90,12 @@ class Auditor:
         self.db = db or connect(self.s.store_path)
         self.persist = persist
         self.horizon_ms = int(self.s.audit_horizon_minutes * 60_000)
+        # the paths' slices and episodes are recomputed over the horizon less a margin, so a slice
+        # is never recomputed from records partly forgotten (the store keeps the older ones)
+        self.paths_minutes = max(0.0, (self.horizon_ms - MARGIN_MS) / 60_000)
         t = self.s.topics
         self.label_log = TopicIndex(self.s, t.labels, on_doc=_bad_label)
-        self.transactions = TopicIndex(self.s, t.transactions, reject=self._invalid, keep_ids=True)
+        self.transactions = TopicIndex(self.s, t.transactions, reject=self._invalid)
         self.decisions = TopicIndex(self.s, t.decisions)
         self.decisions_rt = TopicIndex(self.s, t.decisions_rt)
         self.cuts = {g: UsageCut(g) for g in guarantees.POLICIES}
@@ -253,7 +255,7 @@ class Auditor:
         self.transactions.trim(since, self.fraud_cut.fold)
         self.decisions.trim(since, lowest)
         self.label_log.trim(since)
-        self.decisions_rt.trim(since)
+        self.decisions_rt.trim(now - self.horizon_ms)   # only the paths read it
         for cut in self.cuts.values():
             cut.forget(since)
 
@@ -270,7 +272,7 @@ class Auditor:
         return s
 
     def paths(self, now: int, labels: _Lookup) -> dict:
-        """The two paths over the last PATHS_MINUTES and what each kill or restart of the fraud job
+        """The two paths over the last `paths_minutes` and what each kill or restart of the fraud job
         did to the real-time path (`pipelines.audit.paths.survey`), with the starts of the
         real-time query the job recorded (`fraud_rt_runs`) and the commands that killed it."""
         def transaction(codes):
@@ -283,9 +285,9 @@ class Auditor:
         faults = self.db.execute(
             f"SELECT id, kind, started_at FROM commands WHERE kind IN ({marks}) AND status = 'done' "
             f"AND (job = ? OR kind = 'set-fraud-guarantee') AND started_at > ? ORDER BY started_at",
-            [*RT_FAULTS, FRAUD, now - PATHS_MINUTES * 60_000]).fetchall()
+            [*RT_FAULTS, FRAUD, now - int(self.paths_minutes * 60_000)]).fetchall()
         return path_figures.survey(tx, rt, acc, runs, faults, now, int(self.s.audit_interval_seconds * 1000),
-                                   int(self.s.fraud_undecided_after_seconds * 1000), PATHS_MINUTES)
+                                   int(self.s.fraud_undecided_after_seconds * 1000), self.paths_minutes)
 
     def _poison(self, since: int) -> set:
         """Codes of the transactions the poison-batch rule dead-lettered (`quarantines`) lately."""

@@ -6,8 +6,8 @@ Spark never replays a committed batch, a usage sink's ledger row for every batch
 commit is written before the commit, and the fraud job writes a batch's decisions (store and
 topic) before it commits the batch. So lost, replayed and upstream are as exact as an audit over
 everything ever read, in memory that does not grow with the run. One limit, stated: a txn_id
-repeated in the input further apart than the horizon (`AUDIT_HORIZON_MINUTES`, 30 by default)
-counts as two transactions of the truth (the exactly-once dedupe forgets sooner, after 10 min).
+repeated in the input further apart than the horizon (`AUDIT_HORIZON_MINUTES`, 10 by default, as
+long as the exactly-once dedupe remembers) counts as two transactions of the truth.
 
 Each cut is persisted (`audit_cuts`) after every audit, so a restarted auditor resumes from its
 folds and reads the topics from the horizon, not from offset 0; and truth stays counted when
@@ -177,8 +177,8 @@ class FraudCut:
                decided, in_topic, label) -> None:
         """Fold the transactions up to the job's committed offsets.
 
-        valid(part, slice) -> mask: part of the truth (not a dead letter); take_ids(p, end): the
-        (offset, txn_id) held for partition p below end; decided(txn_ids) -> {txn_id: is_fraud}
+        valid(part, slice) -> mask: part of the truth (not a dead letter); take_ids({p: end}): the
+        (offset, txn_id) of each partition from the last take up to end; decided(txn_ids) -> {txn_id: is_fraud}
         from the store; in_topic(codes) -> mask: in the decisions topic; label(codes) -> (known,
         is_fraud) masks."""
         from pipelines.audit.topics import code
@@ -189,10 +189,7 @@ class FraudCut:
         new = np.unique(region.codes)
         if history.codes.size and new.size:
             new = new[~np.isin(new, history.codes)]
-        ids: dict[int, str] = {}
-        for p, end in target.items():
-            for _, txn_id in take_ids(p, end):
-                ids[code(txn_id)] = txn_id
+        ids = {code(txn_id): txn_id for _, txn_id in take_ids(target)}
         wanted = [ids[c] for c in new.tolist() if c in ids]
         got = decided(wanted)
         is_decided = np.asarray([ids.get(c) in got for c in new.tolist()], dtype=bool)

@@ -3,14 +3,14 @@ flags and append time, kept per partition in numpy arrays the cut can slice by o
 
 Memory is bounded: an index keeps only what some figure still needs (`trim`): the records no cut
 has folded yet, and the horizon (`AUDIT_HORIZON_MINUTES`) the paths and the duplicate checks
-look back over. A txn_id is kept as its 64-bit hash (`code`), never as the string, except the
-transactions' ids not yet folded (`keep_ids`), which the fraud cut looks up in the store.
+look back over. A txn_id is kept as its 64-bit hash (`code`), never as the string: when the
+fraud cut needs the strings of the transactions it folds (to look them up in the store),
+`take_ids` reads just that offset range again from Kafka. So a fraud job far behind costs the
+auditor the arrays' 26 bytes per record it has not folded, not a Python string each.
 """
 from __future__ import annotations
 
 import json
-from collections import deque
-
 import numpy as np
 
 from infra import kafka_client
@@ -27,14 +27,14 @@ def code(txn_id: str) -> int:
 
 
 class TopicIndex:
-    def __init__(self, s, topic: str, on_doc=None, reject=None, keep_ids: bool = False):
+    def __init__(self, s, topic: str, on_doc=None, reject=None):
         """`reject(value, timestamp)`: whether a record breaks the input contract (it is indexed
         as INVALID, whatever txn_id it carries). `on_doc(doc) -> bool`: the record's `bad` flag
         (the labels mark malformed inputs so)."""
-        self.s, self.topic, self.on_doc, self.reject, self.keep_ids = s, topic, on_doc, reject, keep_ids
+        self.s, self.topic, self.on_doc, self.reject = s, topic, on_doc, reject
         self._new: dict[int, tuple[list, list, list, list, list]] = {}
         self._parts: dict[int, Partition] = {}
-        self.ids: dict[int, deque] = {}         # partition -> (offset, txn_id) not yet folded
+        self.ids_from: dict[int, int] = {}      # partition -> first offset whose txn_id was not taken
         self.positions: dict[int, int] = {}
         self.records = 0
 
@@ -78,6 +78,7 @@ class TopicIndex:
                 return self
             c.assign(todo)
             for tp in todo:
+                self.ids_from.setdefault(tp.partition, self.positions.get(tp.partition, 0))
                 c.seek(tp, self.positions.get(tp.partition, 0))
             idle = 0
             while idle < 20 and any(c.position(tp) < ends[tp] for tp in todo):
@@ -99,7 +100,7 @@ class TopicIndex:
     def _add(self, r) -> None:
         self.records += 1
         if self.reject is not None and self.reject(r.value, r.timestamp):
-            self._index(r, INVALID, False, True, None)
+            self._index(r, INVALID, False, True)
             return
         try:
             doc = json.loads(r.value)
@@ -108,17 +109,15 @@ class TopicIndex:
         if not isinstance(doc, dict) or not isinstance(doc.get("txn_id"), str):
             return
         bad = bool(self.on_doc(doc)) if self.on_doc else False
-        self._index(r, code(doc["txn_id"]), bool(doc.get("is_fraud")), bad, doc["txn_id"])
+        self._index(r, code(doc["txn_id"]), bool(doc.get("is_fraud")), bad)
 
-    def _index(self, r, c: int, is_fraud: bool, bad: bool, txn_id: str | None) -> None:
+    def _index(self, r, c: int, is_fraud: bool, bad: bool) -> None:
         o, cs, f, b, t = self._new.setdefault(r.partition, ([], [], [], [], []))
         o.append(r.offset)
         cs.append(c)
         f.append(is_fraud)
         b.append(bad)
         t.append(r.timestamp)
-        if self.keep_ids and txn_id is not None and c != INVALID:
-            self.ids.setdefault(r.partition, deque()).append((r.offset, txn_id))
 
     def _flush(self) -> None:
         """The records of the last read, appended to the partitions' arrays."""
@@ -149,9 +148,48 @@ class TopicIndex:
             if cut:
                 self._parts[p] = part.tail(cut)
 
-    def take_ids(self, p: int, end: int) -> list[tuple[int, str]]:
-        """The kept (offset, txn_id) of partition `p` below `end`, removed (the fold consumed them)."""
-        q, out = self.ids.get(p), []
-        while q and q[0][0] < end:
-            out.append(q.popleft())
+    def take_ids(self, ends: dict[int, int]) -> list[tuple[int, str]]:
+        """The (offset, txn_id) of each partition p from where the last take stopped up to
+        `ends[p]`, read again from Kafka (read_committed, as the index was)."""
+        from kafka import TopicPartition
+
+        todo = {p: (self.ids_from.get(p, end), end) for p, end in ends.items() if self.ids_from.get(p, end) < end}
+        out: list[tuple[int, str]] = []
+        if not todo:
+            return out
+        c = kafka_client.consumer(self.s, group_id=None, isolation_level="read_committed",
+                                  max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024,
+                                  max_partition_fetch_bytes=16 * 1024 * 1024)
+        try:
+            tps = {p: TopicPartition(self.topic, p) for p in todo}
+            c.assign(list(tps.values()))
+            for p, tp in tps.items():
+                c.seek(tp, todo[p][0])
+            idle = 0
+            while idle < 20 and any(c.position(tps[p]) < todo[p][1] for p in todo):
+                batch = c.poll(timeout_ms=500)
+                idle = 0 if batch else idle + 1
+                for tp, records in batch.items():
+                    lo, hi = todo[tp.partition]
+                    for r in records:
+                        if lo <= r.offset < hi:
+                            txn_id = _txn_id(r.value)
+                            if txn_id is not None:
+                                out.append((r.offset, txn_id))
+            short = {p: (c.position(tps[p]), hi) for p, (_, hi) in todo.items() if c.position(tps[p]) < hi}
+        finally:
+            c.close()
+        if short:  # the broker stopped answering: no fold this time (its records would count as lost)
+            raise TimeoutError(f"{self.topic} gave no records for 10 s while reading its txn_ids again, at "
+                               + ", ".join(f"partition {p} offset {at} of {hi}" for p, (at, hi) in short.items()))
+        for p, (_, end) in todo.items():
+            self.ids_from[p] = end
         return out
+
+
+def _txn_id(value: bytes | None) -> str | None:
+    try:
+        doc = json.loads(value)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return doc["txn_id"] if isinstance(doc, dict) and isinstance(doc.get("txn_id"), str) else None

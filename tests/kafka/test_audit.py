@@ -171,3 +171,22 @@ def test_the_audit_holds_only_what_it_has_not_folded(kafka, settings, topic, sto
     snap = auditor.snapshot()["usage"]
     assert snap["at-least-once"]["truth"] == 30 and snap["at-least-once"]["lost"] == 0
     assert auditor.held()[t] == 0
+
+
+def test_txn_ids_are_read_again_from_kafka_and_a_short_read_refuses_to_fold(kafka, settings, topic, tmp_path):
+    """The fraud cut's txn_ids come from Kafka, range by range, each offset once; when the topic does
+    not give the whole range (here: offsets it does not have yet), nothing is taken and the fold waits."""
+    from pipelines.audit.topics import TopicIndex
+
+    s = _settings(settings, topic, tmp_path)
+    produce(s.topics.transactions, [decision(i) for i in range(6)])
+    index = TopicIndex(s, s.topics.transactions).read()
+    assert index.take_ids({0: 4}) == [(o, f"t-{o}") for o in range(4)]
+    assert index.take_ids({0: 4}) == []                       # taken once
+    try:
+        index.take_ids({0: 9})                                # 6, 7, 8 are not in the topic
+    except TimeoutError as exc:
+        assert "partition 0 offset 6 of 9" in str(exc)
+    else:
+        raise AssertionError("a short read of txn_ids folded anyway")
+    assert index.take_ids({0: 6}) == [(4, "t-4"), (5, "t-5")]  # the failed take took nothing

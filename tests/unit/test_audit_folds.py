@@ -170,8 +170,8 @@ def test_the_fraud_cut_counts_each_valid_transaction_once_as_it_folds():
     queue = [(o, f"t{c}") for o, c in enumerate((0, 1, 2, 3, 1, 4, 5, 6, 7, 8))]
     invalid = {code("t3")}                                          # a dead letter
 
-    def take(p, end):
-        out = [q for q in queue if q[0] < end]
+    def take(ends):
+        out = [q for q in queue if q[0] < ends[0]]
         del queue[:len(out)]
         return out
 

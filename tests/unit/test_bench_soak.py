@@ -35,6 +35,21 @@ def test_an_hour_grows_from_minute_10_to_the_last_sample():
     assert figs["rss_mb"]["fraud-jvm"] == [1000, 1000, 1600]
     assert figs["growth_pct"]["fraud-jvm"] == 60.0 and figs["growth_pct"]["usage"] == 0.0
     assert figs["pids"] == {"fraud-jvm": 1, "usage": 2}  # usage's role changed process at minute 30
+    # per process: fraud-jvm's one pid from minute 10 to 60; usage's pid 8 from 10 to 29, pid 9
+    # from minute 40 (10 into its life) to 60, each flat
+    assert figs["process_growth_pct"]["fraud-jvm"] == {"pct": 60.0, "pid": 7, "minutes": 50}
+    assert figs["process_growth_pct"]["usage"]["pct"] == 0.0
+
+
+def test_per_process_growth_never_compares_two_processes():
+    rows = [(T0 + m * MIN + 1500, "usage", 8, 150.0) for m in range(0, 30)]
+    rows += [(T0 + m * MIN + 1500, "usage", 9, 400.0 + m) for m in range(30, 45)]   # took over at 30: 15 min
+    figs = soak.memory_figures(rows, T0, 45)
+    assert figs["growth_pct"]["usage"] > 100        # the role's line compares pid 8 with pid 9
+    # pid 8: minute 10 to 29; pid 9: from minute 40 only 4 minutes of samples: too short to judge
+    assert figs["process_growth_pct"]["usage"] == {"pct": 0.0, "pid": 8, "minutes": 19}
+    short = soak.memory_figures(rows[:12], T0, 12)
+    assert short["process_growth_pct"]["usage"] is None   # minute 10 to 11 is under 10 minutes
 
 
 def test_a_short_run_grows_from_minute_1_and_says_so():
