@@ -7,6 +7,7 @@ import threading
 import time
 
 from controlplane.store import connect
+from infra import heap
 
 log = logging.getLogger("supervisor")
 
@@ -32,4 +33,5 @@ class LiveAuditor:
                 audit.record(db, auditor.snapshot())
             except Exception as exc:  # Kafka down, store busy: try again next round
                 log.warning("audit skipped: %s", exc)
+            heap.trim()  # the round's Kafka fetches and parsed records are garbage now
             time.sleep(max(0.5, self.s.audit_interval_seconds - (time.monotonic() - started)))

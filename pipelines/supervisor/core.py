@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from controlplane import fencing
 from controlplane.clock import now_ms
 from controlplane.store import connect
-from infra import broker, kafka_client, logs
+from infra import broker, heap, kafka_client, logs
 from infra.config import Settings, load
 from infra.topics import ensure_topics
 from pipelines.engine import checkpoints
@@ -262,6 +262,7 @@ class Supervisor:
 
 def main(argv: list[str] | None = None) -> int:
     logs.setup()
+    heap.fix_thresholds()  # before any thread allocates: the supervisor runs for days
     parser = argparse.ArgumentParser(prog="python -m pipelines.supervisor", description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", default="fraud,usage", help="comma-separated jobs to run (fraud, usage)")
     parser.add_argument("--with-simulator", action="store_true", help="also run the simulator")
