@@ -62,7 +62,7 @@ def draw(db, s):
     reruns = data.log_reruns(s.checkpoint_root, data.restart_times(db, now - 3_600_000))
     repeats = data.ledger_repeats(db, now)
     if reruns.empty and repeats.empty:
-        st.info("None: no batch in the checkpoints' logs was planned before a restart and committed after "
+        st.info("Nothing ran twice: no batch in the checkpoints' logs was planned before a restart and committed after "
                 "it, and no sink was handed a batch twice in the last hour.", icon="✅")
     left, right = st.columns(2)
     if not reruns.empty:

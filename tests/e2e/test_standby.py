@@ -1,5 +1,13 @@
-"""A warm standby per job on real Kafka and Spark: a crash hands the fraud job to its standby, a
-zombie (the active frozen, then woken) is fenced, and the decisions stay exactly once."""
+"""make demo's stack on real Kafka and Spark, shared by this module's tests in order: the supervisor
+with both jobs, a warm standby each and the simulator (the Procfile's command, on the test broker
+and fresh topics, at 40 transactions/s).
+
+First, after its first minute (decisions flowing for 60 s), every dashboard page in Chromium with
+the page check of the seeded walk (no cut figure, no "nan" or "None", no count with ".0", no empty
+chart without a sentence); its screenshots are the README's. Then a crash hands the fraud job to its
+standby, a zombie (the active frozen, then woken) is fenced, and the decisions stay exactly once
+(the standbys' sessions come up while the walk runs).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -7,16 +15,30 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from controlplane import commands
+from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import ROOT
 from pipelines import audit
+from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, streamlit
 from tests.harness.jobs import wait_for
 
 pytestmark = pytest.mark.timeout(900)
+FIRST_MINUTE_MS = 60_000
+# what each page shows once make demo's stack has run its first minute, and whether it draws a chart
+LIVE = {"": (["Tx in /s", "Decisions /s", "Latency p99", "of the Spark processes link theirs", "Consumer lag"],
+             True),
+        "guarantees": (["exactly-once", "What each guarantee did"], True),
+        "faults": (["Inject crash", "Command log", "Recovery times"], False),
+        "windows": (["Watermarks", "Late events", "Tumbling"], True),
+        "checkpoints": (["Where each checkpoint stands", "Batch history", "Per query"], True),
+        "fraud": (["Precision", "Two paths", "Recently flagged"], True),
+        "controls": (["Set rate", "Pause"], False)}
 
 
 def status(db, job):
@@ -24,47 +46,80 @@ def status(db, job):
     return row or (None, None, None)
 
 
-def test_crash_hands_over_to_the_standby_and_a_zombie_is_fenced(kafka, settings, topic, tmp_path):
+@pytest.fixture(scope="module")
+def demo(kafka, topic, tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
     names = {k: topic(k) for k in ("tx", "labels", "dec", "dlq", "marks", "rt")}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CARDSTREAM_DB": str(tmp_path / "s.db"),
-           "CHECKPOINT_ROOT": str(tmp_path / "cp"), "CARDSTREAM_RUN_DIR": os.environ["CARDSTREAM_RUN_DIR"],
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CARDSTREAM_DB": str(work / "s.db"),
+           "CHECKPOINT_ROOT": str(work / "cp"), "CARDSTREAM_RUN_DIR": os.environ["CARDSTREAM_RUN_DIR"],
            "TOPIC_TRANSACTIONS": names["tx"], "TOPIC_LABELS": names["labels"], "TOPIC_DECISIONS": names["dec"],
            "TOPIC_DLQ": names["dlq"], "TOPIC_MARKERS": names["marks"], "TOPIC_DECISIONS_RT": names["rt"],
-           "RESTART_DELAY_SECONDS": "1", "AUDIT_INTERVAL_SECONDS": "3600", "TRIGGER_SECONDS": "0.5"}
-    db = connect(tmp_path / "s.db")
-    with open(tmp_path / "supervisor.log", "ab") as out:
-        sup = subprocess.Popen([sys.executable, "-m", "pipelines.supervisor", "--jobs", "fraud", "--standby",
-                                "--with-simulator", "--simulator-args", "--rate 40 --seed 11"],
+           "RESTART_DELAY_SECONDS": "1", "TRIGGER_SECONDS": "0.5"}
+    db = connect(work / "s.db")
+    with open(work / "supervisor.log", "ab") as out:
+        # the Procfile's supervisor line (both jobs by default), the session's broker instead of its own
+        sup = subprocess.Popen([sys.executable, "-m", "pipelines.supervisor", "--with-simulator", "--standby",
+                                "--simulator-args", "--rate 40 --seed 11"],
                                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: status(db, "fraud-standby")[0] == "ready", 300, "the fraud standby's session")
-        first_active = status(db, "fraud")[2]
-        crash = commands.issue(db, "crash", "fraud")
-        wait_for(lambda: commands.get(db, crash)["status"] == "done", 30, "the crash")
-        assert "standby" in commands.get(db, crash)["result"] and "takes over" in commands.get(db, crash)["result"]
-        wait_for(lambda: "took over" in (status(db, "fraud")[1] or ""), 30, "the takeover")
-        assert status(db, "fraud")[2] != first_active
-        wait_for(lambda: db["recoveries"].count_where("job = 'fraud'"), 240, "a batch after the takeover")
-
-        wait_for(lambda: status(db, "fraud-standby")[0] == "ready", 300, "the next standby's session")
-        zombie = commands.issue(db, "zombie", "fraud", seconds=3)
-        wait_for(lambda: commands.get(db, zombie)["status"] in ("done", "failed"), 300, "the zombie's end")
-        result = commands.get(db, zombie)["result"]
-        assert "stale epoch" in result or "stopped by Spark" in result, result
-
-        pause = commands.issue(db, "pause", "simulator")
-        wait_for(lambda: commands.get(db, pause)["status"] == "done", 30, "the simulator to pause")
-        s = dataclasses.replace(settings, store_path=tmp_path / "s.db", checkpoint_root=tmp_path / "cp",
-                                topics=dataclasses.replace(settings.topics, transactions=names["tx"],
-                                                           labels=names["labels"], decisions=names["dec"]))
-        auditor = audit.Auditor(s, db)
-        fraud = wait_for(lambda: (f := auditor.snapshot()["fraud"])["lag_records"] == 0 and f["truth"] and f, 240,
-                         "the fraud job to catch up")
-        assert (fraud["lost"], fraud["topic_lost"], fraud["duplicated"]) == (0, 0, 0), fraud
-        assert fraud["observed"] == fraud["topic"] == fraud["truth"]
+        yield SimpleNamespace(env=env, db=db, names=names, work=work, sup=sup)
     finally:
         sup.send_signal(signal.SIGTERM)
         try:
             sup.wait(timeout=120)
         except subprocess.TimeoutExpired:
             sup.kill()
+        db.conn.close()
+
+
+def first_decided_at(db) -> int | None:
+    return db.execute("SELECT min(decided_at) FROM decisions").fetchone()[0]
+
+
+def test_every_page_after_the_first_minute_in_chromium(demo, tmp_path):
+    db = demo.db
+    first = wait_for(lambda: first_decided_at(db), 300, "the first decision")
+    with streamlit(demo.env, tmp_path / "streamlit.log") as base, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(base)  # the server warms up while the first minute runs out
+        time.sleep(max(0.0, (first + FIRST_MINUTE_MS - now_ms()) / 1000))
+        recent = db.execute("SELECT count(*) FROM decisions WHERE decided_at > ?", [now_ms() - 10_000]).fetchone()[0]
+        assert recent > 0, "no decision in the last 10 s: the stack stopped deciding in its first minute"
+        for path, name in PAGES.items():
+            texts, has_chart = LIVE[path]
+            page.goto(f"{base}/{path}")
+            for text in texts:
+                page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=60_000)
+            if has_chart:
+                page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+            page.wait_for_timeout(1500)  # let Plotly finish drawing
+            check_and_shoot(page, f"make demo's {name} page after its first minute", SHOTS / f"{name}.png", tmp_path)
+
+
+def test_crash_hands_over_to_the_standby_and_a_zombie_is_fenced(demo, settings):
+    db, names = demo.db, demo.names
+    wait_for(lambda: status(db, "fraud-standby")[0] == "ready", 300, "the fraud standby's session")
+    first_active = status(db, "fraud")[2]
+    crash = commands.issue(db, "crash", "fraud")
+    wait_for(lambda: commands.get(db, crash)["status"] == "done", 30, "the crash")
+    assert "standby" in commands.get(db, crash)["result"] and "takes over" in commands.get(db, crash)["result"]
+    wait_for(lambda: "took over" in (status(db, "fraud")[1] or ""), 30, "the takeover")
+    assert status(db, "fraud")[2] != first_active
+    wait_for(lambda: db["recoveries"].count_where("job = 'fraud'"), 240, "a batch after the takeover")
+
+    wait_for(lambda: status(db, "fraud-standby")[0] == "ready", 300, "the next standby's session")
+    zombie = commands.issue(db, "zombie", "fraud", seconds=3)
+    wait_for(lambda: commands.get(db, zombie)["status"] in ("done", "failed"), 300, "the zombie's end")
+    result = commands.get(db, zombie)["result"]
+    assert "stale epoch" in result or "stopped by Spark" in result, result
+
+    pause = commands.issue(db, "pause", "simulator")
+    wait_for(lambda: commands.get(db, pause)["status"] == "done", 30, "the simulator to pause")
+    s = dataclasses.replace(settings, store_path=demo.work / "s.db", checkpoint_root=demo.work / "cp",
+                            topics=dataclasses.replace(settings.topics, transactions=names["tx"],
+                                                       labels=names["labels"], decisions=names["dec"]))
+    auditor = audit.Auditor(s, db)
+    fraud = wait_for(lambda: (f := auditor.snapshot()["fraud"])["lag_records"] == 0 and f["truth"] and f, 240,
+                     "the fraud job to catch up")
+    assert (fraud["lost"], fraud["topic_lost"], fraud["duplicated"]) == (0, 0, 0), fraud
+    assert fraud["observed"] == fraud["topic"] == fraud["truth"]

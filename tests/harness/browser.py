@@ -1,8 +1,10 @@
-"""A real `streamlit run dashboard/app.py` and Debian's Chromium for the browser tests."""
+"""A real `streamlit run dashboard/app.py` and Debian's Chromium for the browser tests, and the one
+check of a drawn page that both page walks use (a seeded store, and make demo's live stack)."""
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,6 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]  # the repository: this file is tests/harness/browser.py
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "docs" / "screenshots"
+# url path of each page -> the name of its screenshot (docs/screenshots/<name>.png in the README)
+PAGES = {"": "overview", "guarantees": "guarantees", "faults": "faults", "windows": "windows",
+         "checkpoints": "checkpoints", "fraud": "fraud", "controls": "controls"}
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -73,3 +78,77 @@ def chromium():
             yield browser
         finally:
             browser.close()
+
+
+# What a reader must never see on a page (issue 19): a figure cut short, "nan" or "None", a count
+# shown with ".0", a chart with nothing drawn and no sentence beside it saying why.
+COUNT_WITH_POINT_ZERO = re.compile(r"^[\d,]+\.0$")
+COUNT_NOUNS = ("records|transactions|decisions|batches|rows|messages|commands|events|letters|restarts|"
+               "failures|cards|windows|runs")
+POINT_ZERO_COUNT = re.compile(rf"\b\d[\d,]*\.0 (?:{COUNT_NOUNS})\b")
+MISSING = re.compile(r"\b(?:nan|NaN|None)\b")
+SAYS_EMPTY = re.compile(r"\b(?:no|none|nothing|empty|yet|not|without)\b", re.IGNORECASE)
+
+# Per metric: its text, and whether the browser cut it (text-overflow hides the rest, and adds "…").
+METRICS_JS = """els => els.map(el => ({
+    text: el.innerText.trim(),
+    cut: [el, ...el.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1)}))"""
+# Per Plotly chart: the points its visible traces draw, its title, and the text just before and after
+# it on the page (Streamlit's element containers beside the chart's own).
+CHARTS_JS = """els => els.map(el => {
+    const traces = (el._fullData || []).filter(t => t.visible !== false);
+    const size = t => Math.max(0, ...['x', 'y', 'z', 'values', 'lat'].map(k => (t[k] && t[k].length) || 0));
+    const points = traces.reduce((n, t) => n + (typeof t._length === 'number' ? t._length : size(t)), 0);
+    const box = el.closest('[data-testid=stElementContainer]') || el;
+    const text = e => (e && e.innerText) || '';
+    return {drawn: Array.isArray(el._fullData), points, traces: traces.length,
+            title: text(el.querySelector('.gtitle')),
+            beside: text(box.previousElementSibling) + ' | ' + text(box.nextElementSibling)};
+})"""
+
+
+def page_defects(page) -> list[str]:
+    """Every defect of the page as drawn now: cut or missing figures, "nan"/"None", counts with
+    ".0", empty charts without a sentence. Empty when the page is fine."""
+    found = []
+    for m in page.locator("[data-testid=stMetricValue]").evaluate_all(METRICS_JS):
+        v = m["text"]
+        if m["cut"] or "…" in v:
+            found.append(f"figure cut short: {v!r}")
+        if v in ("nan", "NaN", "None", ""):
+            found.append(f"figure missing: {v!r}")
+        if COUNT_WITH_POINT_ZERO.match(v):
+            found.append(f"count with .0: {v!r}")
+    body = page.locator("[data-testid=stMain]").inner_text()
+    found += [f"missing value in the text: {m.group(0)!r}"
+              for m in re.finditer(r".{0,40}" + MISSING.pattern + r".{0,40}", body)]
+    found += [f"count with .0 in the text: {m.group(0)!r}" for m in POINT_ZERO_COUNT.finditer(body)]
+    for c in page.locator(".js-plotly-plot").evaluate_all(CHARTS_JS):
+        if not c["drawn"]:
+            found.append(f"chart not drawn, beside {c['beside']!r}")
+        elif c["points"] == 0 and not SAYS_EMPTY.search(c["title"] + " " + c["beside"]):
+            found.append(f"empty chart with no sentence: {c['title'] or '(no title)'!r} beside {c['beside']!r}")
+    return found
+
+
+def tall(page) -> None:
+    """The viewport as tall as the page, so Plotly draws every chart (it leaves those out of view)."""
+    height = page.evaluate("""() => {
+        const block = document.querySelector('[data-testid=stMainBlockContainer]');
+        return block ? block.scrollHeight : document.body.scrollHeight; }""")
+    page.set_viewport_size({"width": 1440, "height": max(900, min(int(height) + 20, 6000))})
+    page.wait_for_timeout(1200)  # Plotly redraws at the new size
+
+
+def check_and_shoot(page, where: str, path: Path, failed_dir: Path | None = None) -> None:
+    """The whole page drawn (`tall`), checked (`page_defects`), and its screenshot saved to `path`;
+    a page that fails the check is saved to `failed_dir` instead (never over a good screenshot)."""
+    tall(page)
+    try:
+        defects = page_defects(page)
+        target = path if not defects or failed_dir is None else failed_dir / f"failed-{path.name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(target), full_page=True)
+        assert not defects, f"{where}: " + "; ".join(defects) + f" (screenshot: {target})"
+    finally:
+        page.set_viewport_size({"width": 1440, "height": 1000})
