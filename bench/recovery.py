@@ -1,4 +1,5 @@
-"""`python -m bench recovery --json`: seconds from SIGKILL to the first new committed batch.
+"""`python -m bench recovery --json`: seconds from SIGKILL to the first new committed batch,
+and where they went (kill -> lease taken -> first batch with rows started -> committed).
 
 Runs the real stack on fresh topics and a scratch store: broker, simulator, and the supervisor with
 the fraud and usage jobs; then crashes each job `--rounds` times through the command table, as the
@@ -39,14 +40,35 @@ def wait_for(what: str, predicate, timeout: float):
     raise SystemExit(f"bench recovery: timed out after {timeout:.0f} s waiting for {what}")
 
 
+PHASES = ("to_lease_s", "to_batch_s", "batch_s")
+
+
+def median_phases(rows: list[dict]) -> dict:
+    """The median of each phase of the recoveries (pipelines.supervisor.faults.phases) that tell it."""
+    out = {}
+    for phase in PHASES:
+        values = [r[phase] for r in rows if r.get(phase) is not None]
+        out[phase] = round(statistics.median(values), 2) if values else None
+    return out
+
+
+def describe(rec: dict) -> str:
+    return ", ".join(f"{p[:-2].replace('_', ' ')} {rec[p]:.1f} s" if rec.get(p) is not None else f"{p[:-2]} ?"
+                     for p in PHASES)
+
+
 def main(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench recovery")
     parser.add_argument("--rounds", type=int, default=3, help="crashes per job (median over these)")
     parser.add_argument("--rate", type=float, default=200, help="simulator rate, tx/s")
     parser.add_argument("--standby", action="store_true",
                         help="run each job with a warm standby (the crash hands over to it)")
+    parser.add_argument("--crash", default="fraud,usage", help="the jobs to crash, comma-separated (both run)")
     parser.add_argument("--json", action="store_true", help="(the last line is always JSON)")
     args = parser.parse_args(argv)
+    crashed = [j.strip() for j in args.crash.split(",") if j.strip()]
+    if not crashed or set(crashed) - {"fraud", "usage"}:
+        parser.error("--crash takes fraud, usage or both")
     s = load()
     started_broker = not s.external_bootstrap and not broker.broker_pids(s)
     broker.up(s, quiet=True)
@@ -72,7 +94,7 @@ def main(argv: list[str]) -> dict:
                 "SELECT count(*) FROM batch_progress WHERE query LIKE ? AND num_input_rows > 0",
                 [pattern]).fetchone()[0], timeout=240)
         for round_ in range(1, args.rounds + 1):
-            for job in ("fraud", "usage"):
+            for job in crashed:
                 if args.standby:  # crash only once the standby's session is up, as a user would see it
                     wait_for(f"{job}'s standby", lambda: db.execute(
                         "SELECT status FROM job_status WHERE job = ?", [f"{job}-standby"]).fetchone() == ("ready",), 240)
@@ -80,16 +102,18 @@ def main(argv: list[str]) -> dict:
                 command_id = commands.issue(db, "crash", job)
                 wait_for(f"the crash of {job}", lambda: db["commands"].get(command_id)["status"] != "pending", 30)
                 wait_for(f"{job} to recover", lambda: db["recoveries"].count_where("job = ?", [job]) > before, 240)
-                seconds = db.execute("SELECT seconds FROM recoveries WHERE job = ? ORDER BY id DESC LIMIT 1",
-                                     [job]).fetchone()[0]
-                log(f"round {round_}: {job} recovered in {seconds:.1f} s")
+                rec = db.execute("SELECT * FROM recoveries WHERE job = ? ORDER BY id DESC LIMIT 1", [job]).fetchone()
+                rec = dict(zip([c[0] for c in db.execute("SELECT * FROM recoveries LIMIT 0").description], rec))
+                log(f"round {round_}: {job} recovered in {rec['seconds']:.1f} s ({describe(rec)})")
         result = {}
-        for job in ("fraud", "usage"):
-            times = [r[0] for r in db.execute("SELECT seconds FROM recoveries WHERE job = ?", [job]).fetchall()]
-            result[f"{job}_s"] = round(statistics.median(times), 2)
-            result[f"{job}_runs"] = [round(t, 2) for t in times]
+        for job in crashed:
+            rows = list(db["recoveries"].rows_where("job = ?", [job]))
+            result[f"{job}_s"] = round(statistics.median(r["seconds"] for r in rows), 2)
+            result[f"{job}_runs"] = [round(r["seconds"], 2) for r in rows]
+            result[f"{job}_phases_s"] = median_phases(rows)
         result["goal_s"] = 10
         result["standby"] = args.standby
+        result["rehearsal"] = args.standby and s.standby_rehearsal  # STANDBY_REHEARSAL
         return result
     finally:
         sup.send_signal(signal.SIGTERM)

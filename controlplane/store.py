@@ -93,8 +93,11 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                      "attempts": int, "last_error": str, "created_at": int, "done_at": int,
                      "epoch": int}, "id"),
     # recovery time per injected fault (via: "standby" when a warm standby took over, else "restart")
+    # and where its seconds went (pipelines.supervisor.faults.phases): kill -> lease taken ->
+    # first batch with rows started -> that batch committed
     "recoveries": ({"id": int, "job": str, "fault": str, "killed_at": int, "recovered_at": int,
-                    "seconds": float, "via": str, "command_id": int}, "id"),
+                    "seconds": float, "via": str, "command_id": int, "to_lease_s": float,
+                    "to_batch_s": float, "batch_s": float}, "id"),
     # event-time windows of the usage job
     "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
                  "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),

@@ -248,23 +248,40 @@ def lag(series: pd.DataFrame) -> go.Figure:
 
 # --- faults ---------------------------------------------------------------------------------------
 
+RECOVERY_PHASES = (("to_lease_s", "to the lease (noticed; standby promoted or new driver up)"),
+                   ("to_batch_s", "to the first batch (sinks, queries started, trigger)"),
+                   ("batch_s", "first batch (state loaded, committed)"))
+
+
 def recoveries(df: pd.DataFrame) -> go.Figure:
-    """One bar per recovery, labelled job · fault · time, coloured by how: standby takeover or restart."""
+    """One stacked bar per recovery, labelled job · how · fault · time: where its seconds went
+    (kill -> lease -> first batch started -> committed); a recovery recorded without them is one
+    grey block."""
     fig = go.Figure()
-    df = df.sort_values("killed")
-    labels = df["job"] + " · " + df["fault"] + " · " + df["killed"].dt.strftime("%H:%M:%S")
-    how = df["via"].map({"standby": "warm standby took over", "restart": "cold restart"}).fillna("cold restart")
-    for i, name in enumerate(how.unique()):
-        mask = how == name
-        fig.add_trace(go.Bar(x=labels[mask], y=df.loc[mask, "seconds"], name=name,
-                             marker_color=SERIES[i % len(SERIES)], text=df.loc[mask, "seconds"].map("{:.1f} s".format),
-                             textposition="outside", hovertemplate="%{x}: %{y:.1f} s<extra></extra>"))
-    fig.update_xaxes(type="category", title_text="job · fault · killed at (UTC)", categoryorder="array",
+    df = df.sort_values("killed").copy()
+    how = df["via"].map({"standby": "standby", "restart": "restart"}).fillna("restart")
+    labels = df["job"] + " · " + how + " · " + df["fault"] + " · " + df["killed"].dt.strftime("%H:%M:%S")
+    told = pd.Series(0.0, index=df.index)
+    for i, (col, name) in enumerate(RECOVERY_PHASES):
+        values = pd.to_numeric(df[col], errors="coerce") if col in df else pd.Series(np.nan, index=df.index)
+        values = values.where(df["to_lease_s"].notna() if "to_lease_s" in df else False)
+        told += values.fillna(0.0)
+        fig.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=SERIES[i],
+                             hovertemplate="%{y:.1f} s<extra>" + name.split(" (")[0] + "</extra>"))
+    untold = (df["seconds"] - told).where(told == 0)
+    if untold.notna().any():
+        fig.add_trace(go.Bar(x=labels, y=untold, name="not broken down", marker_color="#9AA5AB",
+                             hovertemplate="%{y:.1f} s<extra>not broken down</extra>"))
+    fig.add_trace(go.Scatter(x=labels, y=df["seconds"], mode="text", text=df["seconds"].map("{:.1f} s".format),
+                             textposition="top center", showlegend=False, hoverinfo="skip"))
+    fig.update_xaxes(type="category", title_text="job · how · fault · killed at (UTC)", categoryorder="array",
                      categoryarray=list(labels))
     fig.update_yaxes(rangemode="tozero", range=[0, float(df["seconds"].max()) * 1.25 if not df.empty else 1])
-    fig.update_layout(bargap=0.5 if len(df) > 2 else 0.7)
-    return _layout(fig, "Recovery time per fault (kill → first new batch with rows)", height=320,
-                   y_title="recovery (s)")
+    fig.update_layout(barmode="stack", bargap=0.5 if len(df) > 2 else 0.7)
+    fig = _layout(fig, "Recovery time per fault (kill → first new batch with rows) and where it went",
+                  height=360, y_title="recovery (s)")
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.35, xanchor="left", x=0))
+    return fig
 
 
 # --- windows --------------------------------------------------------------------------------------

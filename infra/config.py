@@ -85,6 +85,9 @@ class Settings:
     stop_grace_seconds: float = 30.0  # a job stopping between batches, before it is killed
     lease_ttl_seconds: float = 5.0    # a standby takes over when the active's heartbeat is this old
     standby: bool = False             # the supervisor keeps a warm standby per job
+    # the fraud standby runs its decisions plan once over a few scratch transactions while it waits
+    # (pipelines.fraud.job.rehearse), so a takeover's first batch finds it all started
+    standby_rehearsal: bool = True
     # Spark's web UI in each job (the Overview links it): bound to 127.0.0.1, port 4040 or the next free
     spark_ui: bool = True
     audit_interval_seconds: float = 5.0
@@ -190,6 +193,7 @@ def load(env: dict | None = None) -> Settings:
         stop_grace_seconds=_float(env, "STOP_GRACE_SECONDS", 30.0),
         lease_ttl_seconds=_float(env, "LEASE_TTL_SECONDS", 5.0),
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
+        standby_rehearsal=(env.get("STANDBY_REHEARSAL") or "1").lower() in ("1", "true", "yes", "on"),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
         audit_horizon_minutes=_float(env, "AUDIT_HORIZON_MINUTES", 10.0),

@@ -48,10 +48,10 @@ def command_log(db, limit: int = 50, job: str | None = None, kinds: tuple[str, .
 
 
 def recoveries(db, limit: int = 50) -> pd.DataFrame:
-    """Recovery time per fault the supervisor measured (kill → first new batch with rows), and
-    how: a warm standby's takeover or a cold restart."""
+    """Recovery time per fault the supervisor measured (kill → first new batch with rows), how (a
+    warm standby's takeover or a cold restart) and where it went (pipelines.supervisor.faults.phases)."""
     df = frame(db, "SELECT id, job, fault, killed_at, recovered_at, seconds, coalesce(via, 'restart') AS via, "
-                   "command_id FROM recoveries ORDER BY id DESC LIMIT ?", [limit])
+                   "command_id, to_lease_s, to_batch_s, batch_s FROM recoveries ORDER BY id DESC LIMIT ?", [limit])
     df["killed"] = to_time(df["killed_at"])
     return df
 

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from controlplane import fencing, ledger
@@ -124,15 +125,23 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
     `exclude`: a condition on the Kafka records' partition and offset (the poison records the
     poison-batch rule dead-lettered), applied right after the source, before anything stateful.
     """
-    from pyspark.sql import functions as F
-
-    from pipelines.engine.sources import parse_transactions, read_kafka
+    from pipelines.engine.sources import read_kafka
 
     source = read_kafka(spark, o.transactions_topic, s, starting_offsets=o.starting_offsets,
                         # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a backlog drains in
                         # batches of bounded memory
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    parsed = parse_transactions(source.where(exclude) if exclude else source)
+    return score(source.where(exclude) if exclude else source, s)
+
+
+def score(source, s: Settings):
+    """Rows shaped as Kafka's (key, value, topic, partition, offset, timestamp, timestampType) ->
+    (valid transactions scored per card, malformed records)."""
+    from pyspark.sql import functions as F
+
+    from pipelines.engine.sources import parse_transactions
+
+    parsed = parse_transactions(source)
     bad = parsed.where(F.col("dlq_reason").isNotNull())
     valid = (parsed.where(F.col("dlq_reason").isNull())
              .withColumn("event_ts", F.timestamp_millis("event_time"))
@@ -145,6 +154,39 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
                                           outputStructType=SCORED_DDL, outputMode="Append",
                                           timeMode="ProcessingTime"))
     return scored, bad
+
+
+def rehearse(spark, s: Settings, timeout_s: float = 180.0) -> None:
+    """A standby's dress rehearsal of its first batch, so a takeover finds it all started: the
+    decisions plan (parse, the stateful pandas operator with its Python workers, state server and
+    RocksDB store, the foreachBatch callback) run to completion once over a few transactions from
+    a scratch folder, with a scratch checkpoint; nothing of it reaches Kafka or the store."""
+    import tempfile
+
+    from pyspark.sql import types as T
+
+    kafka_schema = T.StructType([T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
+                                 T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+                                 T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
+                                 T.StructField("timestampType", T.IntegerType())])
+    now = int(time.time() * 1000)
+    stamp = datetime.fromtimestamp(now / 1000, timezone.utc)
+    rows = []
+    for i in range(32):
+        txn = {"txn_id": f"rehearsal-{i}", "card_id": f"card-rehearsal-{i % 8}", "merchant_id": "m-rehearsal",
+               "amount_cents": 1_000 + i, "currency": "EUR", "lat": 48.85, "lon": 2.35,
+               "event_time": now - (32 - i) * 1000, "produced_at": now}
+        rows.append((txn["card_id"].encode(), json.dumps(txn).encode(), "rehearsal", i % 3, i, stamp, 1))
+    s.run_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fraud-rehearsal-", dir=s.run_dir) as tmp:
+        spark.createDataFrame(rows, kafka_schema).write.parquet(f"{tmp}/in")
+        scored, _ = score(spark.readStream.schema(kafka_schema).parquet(f"{tmp}/in"), s)
+        query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
+                 .option("checkpointLocation", f"{tmp}/checkpoint")
+                 .foreachBatch(lambda df, _batch: df.count()).trigger(availableNow=True).start())
+        if not query.awaitTermination(timeout_s):
+            query.stop()
+            log.warning("the standby's rehearsal did not finish in %.0f s; waiting without it", timeout_s)
 
 
 def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None) -> dict:
@@ -237,19 +279,23 @@ def main(argv: list[str] | None = None) -> int:
     # availableNow run would never end); idle cards still expire on the card's next batch.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     o.checkpoint.mkdir(parents=True, exist_ok=True)
-    metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
-                                          f"{JOB}-dlq": str(o.checkpoint / "dlq"),
-                                          f"{JOB}-rt": str(o.checkpoint / "realtime")})
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if o.standby:
         record_ui(db, f"{JOB}-standby", spark)
         warm_up(spark, s, o.transactions_topic)
+        if s.standby_rehearsal:
+            rehearse(spark, s)
         if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
             spark.stop()
             return 0
         check_bound(db, o)  # the active may have created the checkpoints meanwhile
+    # after the standby's rehearsal: its batch is no batch of the job's
+    metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
+                                          f"{JOB}-dlq": str(o.checkpoint / "dlq"),
+                                          f"{JOB}-rt": str(o.checkpoint / "realtime")})
+    took_over = time.monotonic()
     epoch = fencing.take_lease(db, JOB)
     record_ui(db, JOB, spark)
     heartbeat = Heartbeat(o.store_path, JOB, epoch)
@@ -290,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                          poison=poison, retry_forever=(f"{JOB}-dlq",))
     runner.start()
     faults.start()
+    log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)
     log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s%s", o.mode, epoch, o.transactions_topic,
              o.decisions_topic, o.store_path, o.checkpoint,
              f"; real-time path {o.guarantee} -> {o.realtime_topic}" if o.mode == "realtime" else "")

@@ -78,6 +78,20 @@ class PendingRecovery:
     via: str = "restart"        # "standby": a warm standby was ready to take over
 
 
+def phases(killed_at: int, lease_at: int | None, batch_end: int, batch_ms: int | None) -> dict:
+    """Where a recovery's seconds went: `to_lease_s`, the kill to the new instance holding the
+    lease (the supervisor noticing, then a standby promoted or a new driver and JVM started);
+    `to_batch_s`, the lease to the start of the first batch with rows (sinks and their Kafka
+    producers, planning and starting the queries, the trigger); `batch_s`, that batch itself
+    (for a stateful job its state loaded from the checkpoint). None where it cannot be told: a
+    lease older than the kill was not taken by the recovering instance."""
+    start = batch_end - (batch_ms or 0)
+    lease_ok = lease_at is not None and killed_at <= lease_at <= start
+    return {"to_lease_s": (lease_at - killed_at) / 1000 if lease_ok else None,
+            "to_batch_s": (start - lease_at) / 1000 if lease_ok else None,
+            "batch_s": batch_ms / 1000 if batch_ms is not None else None}
+
+
 class FaultExecutor:
     """Carries out the supervisor's faults on the supervisor's children."""
 
@@ -242,13 +256,15 @@ class FaultExecutor:
     def detect_recoveries(self) -> None:
         for rec in list(self.recoveries):
             pattern = "usage-%" if rec.job == "usage" else rec.job
-            row = self.db.execute("SELECT min(ts) FROM batch_progress WHERE query LIKE ? AND ts > ? "
-                                  "AND num_input_rows > 0", [pattern, rec.killed_at_ms]).fetchone()
-            if row and row[0]:
+            row = self.db.execute("SELECT ts, duration_ms FROM batch_progress WHERE query LIKE ? AND ts > ? "
+                                  "AND num_input_rows > 0 ORDER BY ts LIMIT 1", [pattern, rec.killed_at_ms]).fetchone()
+            if row:
+                lease = self.db.execute("SELECT taken_at FROM leases WHERE job = ?", [rec.job]).fetchone()
                 self.db["recoveries"].insert({"job": rec.job, "fault": rec.fault, "killed_at": rec.killed_at_ms,
                                               "recovered_at": row[0],
                                               "seconds": (row[0] - rec.killed_at_ms) / 1000,
-                                              "via": rec.via, "command_id": rec.command_id})
+                                              "via": rec.via, "command_id": rec.command_id,
+                                              **phases(rec.killed_at_ms, lease[0] if lease else None, row[0], row[1])})
                 self.recoveries.remove(rec)
             elif now_ms() - rec.killed_at_ms > 600_000:
                 self.recoveries.remove(rec)

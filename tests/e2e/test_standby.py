@@ -106,6 +106,10 @@ def test_crash_hands_over_to_the_standby_and_a_zombie_is_fenced(demo, settings):
     wait_for(lambda: "took over" in (status(db, "fraud")[1] or ""), 30, "the takeover")
     assert status(db, "fraud")[2] != first_active
     wait_for(lambda: db["recoveries"].count_where("job = 'fraud'"), 240, "a batch after the takeover")
+    (rec,) = db["recoveries"].rows_where("job = 'fraud'")
+    # where the takeover's seconds went: the promoted standby took the lease after the kill
+    assert rec["via"] == "standby" and rec["to_lease_s"] is not None and rec["to_lease_s"] >= 0, rec
+    assert abs(rec["to_lease_s"] + rec["to_batch_s"] + rec["batch_s"] - rec["seconds"]) < 0.01, rec
 
     wait_for(lambda: status(db, "fraud-standby")[0] == "ready", 300, "the next standby's session")
     zombie = commands.issue(db, "zombie", "fraud", seconds=3)

@@ -39,6 +39,7 @@ from infra.contracts import GUARANTEES
 from pipelines import audit
 from pipelines.audit.cut import Partition, figures
 from pipelines.engine.checkpoints import merge_max
+from pipelines.supervisor.faults import phases
 from pipelines.usage.windows import MINUTE_MS, panes_to_windows
 
 STEP_MS = 25                 # one transaction every 25 ms: 40/s
@@ -366,12 +367,15 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
                              {"job": "fraud", "epoch": 1, "holder": "host:4100", "taken_at": t0 - 25_000,
                               "renewed_at": now - 300}], alter=False)
     if fault_at:
-        recovered = min(p["ts"] for p in progress if p["query"].startswith("usage-") and p["ts"] > fault_at
-                        and p["num_input_rows"] > 0)
+        first = min((p for p in progress if p["query"].startswith("usage-") and p["ts"] > fault_at
+                     and p["num_input_rows"] > 0), key=lambda p: p["ts"])
+        recovered = first["ts"]
         crash_id = db.execute("SELECT id FROM commands WHERE kind = 'crash' AND job = 'usage'").fetchone()[0]
         db["recoveries"].insert({"job": "usage", "fault": "crash", "killed_at": fault_at, "recovered_at": recovered,
                                  "seconds": (recovered - fault_at) / 1000, "via": "restart",
-                                 "command_id": crash_id}, alter=False)
+                                 "command_id": crash_id,
+                                 **phases(fault_at, usage_started + 3_000, recovered, first["duration_ms"])},
+                                alter=False)
     db["dead_letters"].insert_all([{"reason": "malformed JSON", "count": 12, "updated_at": t0 + 900},
                                    {"reason": "missing field card_id", "count": BAD - 12, "updated_at": t0 + 900}],
                                   alter=False)

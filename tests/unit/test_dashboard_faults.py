@@ -36,6 +36,8 @@ def test_recoveries_fenced_writes_dead_letters(seeded):
     db, s = seeded
     rec = data.recoveries(db)
     assert len(rec) == 1 and rec.iloc[0]["killed_at"] == s.fault_at and 5 < rec.iloc[0]["seconds"] < 10
+    parts = rec.iloc[0][["to_lease_s", "to_batch_s", "batch_s"]]
+    assert parts.notna().all() and abs(parts.sum() - rec.iloc[0]["seconds"]) < 1e-6
     assert data.rejected_total(db) == 0 and data.rejected_writes(db).empty
     assert data.dead_letters(db)["count"].sum() == BAD
 
