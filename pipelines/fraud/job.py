@@ -256,6 +256,34 @@ def check_bound(db, o: Options) -> None:
             sys.exit(EXIT_REFUSED)
 
 
+def check_layout(folder: Path, buckets: int) -> str | None:
+    """Refuse a card-bucket count other than the one `folder` (the decisions query's checkpoint)
+    was started with: each card's profile lives under its bucket's key, so another count would
+    look every card up in the wrong bucket and start it afresh. Returns the refusal's sentence,
+    or None after recording the count beside the checkpoint (`decisions-layout.json`)."""
+    record = folder.parent / f"{folder.name}-layout.json"
+    offsets = folder / "offsets"
+    started = offsets.is_dir() and any(offsets.iterdir())
+    recorded = json.loads(record.read_text()).get("fraud_state_buckets") if started and record.exists() else None
+    if recorded is not None and recorded != buckets:
+        return (f"the fraud checkpoint {folder} keeps its cards in FRAUD_STATE_BUCKETS={recorded} buckets, not "
+                f"{buckets}: set FRAUD_STATE_BUCKETS={recorded}, or run `make clean` to start the state afresh")
+    if recorded is None:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"fraud_state_buckets": buckets}))
+        os.replace(tmp, record)  # never half a file, even on a crash
+    return None
+
+
+def refuse_other_layout(o: Options, s: Settings) -> None:
+    """Exit 2 with check_layout's sentence when the checkpoint was started with another bucket count."""
+    refusal = check_layout(o.checkpoint / "decisions", s.fraud_state_buckets)
+    if refusal:
+        log.error("%s", refusal)
+        sys.exit(EXIT_REFUSED)
+
+
 def main(argv: list[str] | None = None) -> int:
     logs.setup()
     s = load()
@@ -274,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     db = connect(o.store_path)
     check_bound(db, o)
+    refuse_other_layout(o, s)
     spark = get_spark("cardstream-fraud", s)
     # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
     # availableNow run would never end); idle cards still expire on the card's next batch.
@@ -291,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
             return 0
         check_bound(db, o)  # the active may have created the checkpoints meanwhile
+        refuse_other_layout(o, s)
     # after the standby's rehearsal: its batch is no batch of the job's
     metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
                                           f"{JOB}-dlq": str(o.checkpoint / "dlq"),

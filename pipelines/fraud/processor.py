@@ -2,11 +2,12 @@
 
 A thin adapter: it reads the bucket's state, hands it and the new rows to
 `pipelines.fraud.state.score_bucket`, and writes the new state back. The TTL on the state value
-is Spark's; cards idle longer than it are dropped inside the bucket by `score_bucket`.
+is Spark's; cards idle longer than it are dropped inside the bucket by `score_bucket`, against
+the batch's processing time (kept in the offset log, so a replayed batch expires the same cards),
+never the worker's wall clock.
 """
 from __future__ import annotations
 
-from controlplane.clock import now_ms
 from pipelines.fraud.analyzers import DEFAULT_LIMITS
 from pipelines.fraud.state import BUCKET_DDL, score_bucket
 
@@ -31,7 +32,8 @@ def make_processor(ttl_ms: int, limits=None):
             batch = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
             stored = self.profiles.get()
             out, state = score_bucket(stored[0] if stored is not None else None, batch,
-                                      timerValues.getCurrentWatermarkInMs(), now_ms(), self.ttl_ms, self.limits)
+                                      timerValues.getCurrentWatermarkInMs(),
+                                      timerValues.getCurrentProcessingTimeInMs(), self.ttl_ms, self.limits)
             self.profiles.update((state,))
             yield pd.DataFrame(out)
 

@@ -1,0 +1,44 @@
+"""The fraud checkpoint keeps the card-bucket count it was started with, and another is refused in
+one sentence (each card's state lives under its bucket's key)."""
+from __future__ import annotations
+
+import json
+
+from pipelines.fraud.job import check_layout
+
+
+def started(folder):
+    (folder / "offsets").mkdir(parents=True)
+    (folder / "offsets" / "0").write_text("v1")
+
+
+def test_a_fresh_checkpoint_records_its_count_and_the_same_count_passes(tmp_path):
+    folder = tmp_path / "fraud" / "decisions"
+    assert check_layout(folder, 64) is None
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 64}
+    started(folder)
+    assert check_layout(folder, 64) is None
+
+
+def test_another_count_for_a_started_checkpoint_is_refused_in_one_sentence(tmp_path):
+    folder = tmp_path / "fraud" / "decisions"
+    check_layout(folder, 64)
+    started(folder)
+    refusal = check_layout(folder, 32)
+    assert refusal and "FRAUD_STATE_BUCKETS=64" in refusal and "make clean" in refusal and "\n" not in refusal
+    # the record is left as it was: setting the count back works
+    assert check_layout(folder, 64) is None
+
+
+def test_a_deleted_checkpoint_starts_afresh_with_any_count(tmp_path):
+    folder = tmp_path / "fraud" / "decisions"
+    check_layout(folder, 64)  # recorded, but the checkpoint never ran (or was deleted)
+    assert check_layout(folder, 16) is None
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 16}
+
+
+def test_a_checkpoint_from_before_the_record_adopts_the_count_it_runs_with(tmp_path):
+    folder = tmp_path / "fraud" / "decisions"
+    started(folder)
+    assert check_layout(folder, 64) is None
+    assert check_layout(folder, 8) is not None
