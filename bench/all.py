@@ -41,6 +41,7 @@ QUICK = {
     "guarantees": [],
     "recovery": ["--rounds", "1"],
     "fraud-guarantees": ["--before", "10", "--after", "30"],
+    "state": ["--cards", "20000", "--rounds", "3"],
 }
 # figure -> the limit / peer figure it is compared with (ratios of medians)
 LIMIT_OF = {

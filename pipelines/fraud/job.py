@@ -42,7 +42,7 @@ from pipelines.engine.standby import Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks
-from pipelines.fraud.state import SCORED_DDL
+from pipelines.fraud.state import SCORED_DDL, STATE_LAYOUT
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -257,22 +257,27 @@ def check_bound(db, o: Options) -> None:
 
 
 def check_layout(folder: Path, buckets: int) -> str | None:
-    """Refuse a card-bucket count other than the one `folder` (the decisions query's checkpoint)
-    was started with: each card's profile lives under its bucket's key, so another count would
-    look every card up in the wrong bucket and start it afresh. Returns the refusal's sentence,
-    or None after recording the count beside the checkpoint (`decisions-layout.json`)."""
+    """Refuse a checkpoint whose state another layout wrote: another card-bucket count (each card's
+    profile lives under its bucket's key, so every card would be looked up in the wrong bucket and
+    start afresh), or the older state of one JSON value per bucket (Spark would fail the query on
+    its state schema at every restart). Returns the refusal's sentence, or None after recording
+    the layout beside the checkpoint (`decisions-layout.json`)."""
     record = folder.parent / f"{folder.name}-layout.json"
     offsets = folder / "offsets"
-    started = offsets.is_dir() and any(offsets.iterdir())
-    recorded = json.loads(record.read_text()).get("fraud_state_buckets") if started and record.exists() else None
-    if recorded is not None and recorded != buckets:
-        return (f"the fraud checkpoint {folder} keeps its cards in FRAUD_STATE_BUCKETS={recorded} buckets, not "
-                f"{buckets}: set FRAUD_STATE_BUCKETS={recorded}, or run `make clean` to start the state afresh")
-    if recorded is None:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = record.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"fraud_state_buckets": buckets}))
-        os.replace(tmp, record)  # never half a file, even on a crash
+    if offsets.is_dir() and any(offsets.iterdir()):
+        recorded = json.loads(record.read_text()) if record.exists() else {}
+        if recorded.get("state") != STATE_LAYOUT:
+            return (f"the fraud checkpoint {folder} holds the older state of one JSON value per card bucket, "
+                    f"which this version reads as a map entry per card: run `make clean` to start the state afresh")
+        if recorded.get("fraud_state_buckets") != buckets:
+            return (f"the fraud checkpoint {folder} keeps its cards in FRAUD_STATE_BUCKETS="
+                    f"{recorded.get('fraud_state_buckets')} buckets, not {buckets}: set FRAUD_STATE_BUCKETS="
+                    f"{recorded.get('fraud_state_buckets')}, or run `make clean` to start the state afresh")
+        return None
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"fraud_state_buckets": buckets, "state": STATE_LAYOUT}))
+    os.replace(tmp, record)  # never half a file, even on a crash
     return None
 
 

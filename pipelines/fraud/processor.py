@@ -1,15 +1,15 @@
 """The stateful processor Spark runs per card bucket (`transformWithStateInPandas`).
 
-A thin adapter: it reads the bucket's state, hands it and the new rows to
-`pipelines.fraud.state.score_bucket`, and writes the new state back. The TTL on the state value
-is Spark's; cards idle longer than it are dropped inside the bucket by `score_bucket`, against
-the batch's processing time (kept in the offset log, so a replayed batch expires the same cards),
-never the worker's wall clock.
+A thin adapter: it reads the map entries of the batch's cards (and no other), hands them and the
+new rows to `pipelines.fraud.state.score_cards`, and writes the touched cards back. The TTL is
+Spark's, per entry: an update sets a card's expiry to the batch's processing time (kept in the
+offset log, so a replayed batch expires the same cards) plus STATE_TTL_MINUTES, and an expired
+card reads as absent.
 """
 from __future__ import annotations
 
 from pipelines.fraud.analyzers import DEFAULT_LIMITS
-from pipelines.fraud.state import BUCKET_DDL, score_bucket
+from pipelines.fraud.state import CARD_KEY_DDL, PROFILE_DDL, score_cards
 
 
 def make_processor(ttl_ms: int, limits=None):
@@ -23,18 +23,22 @@ def make_processor(ttl_ms: int, limits=None):
             self.ttl_ms, self.limits = ttl_ms, limits
 
         def init(self, handle) -> None:
-            self.profiles = handle.getValueState("profiles", BUCKET_DDL, self.ttl_ms)
+            self.cards = handle.getMapState("cards", CARD_KEY_DDL, PROFILE_DDL, self.ttl_ms)
 
         def handleInputRows(self, key, rows, timerValues):
             import pandas as pd
 
             frames = list(rows)
             batch = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-            stored = self.profiles.get()
-            out, state = score_bucket(stored[0] if stored is not None else None, batch,
-                                      timerValues.getCurrentWatermarkInMs(),
-                                      timerValues.getCurrentProcessingTimeInMs(), self.ttl_ms, self.limits)
-            self.profiles.update((state,))
+            stored = {}
+            for card in batch["card_id"].unique().tolist():
+                row = self.cards.getValue((card,))
+                if row is not None:
+                    stored[card] = tuple(row)
+            out, updated = score_cards(stored, batch, timerValues.getCurrentWatermarkInMs(),
+                                       timerValues.getCurrentProcessingTimeInMs(), self.limits)
+            for card, row in updated.items():
+                self.cards.updateValue((card,), row)
             yield pd.DataFrame(out)
 
         def close(self) -> None:

@@ -4,7 +4,7 @@ When the decisions query has failed `POISON_BATCH_FAILURES` times the same way o
 runner calls `Quarantine`. It reads the batch's Kafka range again (a plain Spark batch read of
 exactly those offsets, parsed and validated as the stream does, at the batch's own timestamp),
 and runs the job's per-record logic on the valid records without state — the analyzers
-(`score_bucket`), the aggregator and the sink's `decide` — in halves down to single records
+(`score_cards`), the aggregator and the sink's `decide` — in halves down to single records
 (`poison.isolate`). The records that fail on their own are the poison:
 
 1. recorded in the store (`quarantines`, status pending, fenced) with their dead letters;
@@ -119,10 +119,10 @@ class Quarantine:
 
         from pipelines.fraud.aggregator import aggregate
         from pipelines.fraud.analyzers import DEFAULT_LIMITS
-        from pipelines.fraud.state import score_bucket
+        from pipelines.fraud.state import score_cards
 
         frame = pd.DataFrame({c: [r[c] for r in rows] for c in (*TXN_COLUMNS, "offset")})
-        out, _ = score_bucket(None, frame, 0, now, self.s.state_ttl_minutes * 60_000, DEFAULT_LIMITS)
+        out, _ = score_cards({}, frame, 0, now, DEFAULT_LIMITS)
         scored = [dict(zip(out, values)) for values in zip(*out.values())]
         for r in scored:
             r["score"], r["is_fraud"] = aggregate({a: r[f"score_{a}"] for a in ANALYZERS}, self.o.threshold)

@@ -1,13 +1,12 @@
 """The fraud job's per-card state: the profile codec and the scoring of one bucket of cards (pure).
 
-Spark's `transformWithStateInPandas` keeps one value per card bucket; this module turns that value
-into analyzer profiles and back, and runs the analyzers (`pipelines.fraud.analyzers`) over a
-bucket's new transactions, card by card in event order. No Spark here: it is tested on plain
-pandas frames.
+Spark's `transformWithStateInPandas` keeps a map per card bucket, one entry per card; this module
+turns an entry into an analyzer profile and back, and runs the analyzers
+(`pipelines.fraud.analyzers`) over a bucket's new transactions, card by card in event order. No
+Spark here: it is tested on plain pandas frames.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from infra.contracts import ANALYZERS
@@ -29,10 +28,12 @@ TXN_COLUMNS = ("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon",
                "produced_at")
 PROFILE_DDL = ("count long, mean double, lat double, lon double, place_time long, times string, "
                "last_seen long")
-BUCKET_DDL = "profiles string"  # JSON {card_id: profile row (PROFILE_DDL)} of one bucket's cards
+CARD_KEY_DDL = "card_id string"  # the map state's key under the bucket: one entry per card
+# what the state of a checkpoint holds, recorded beside it (pipelines.fraud.job.check_layout)
+STATE_LAYOUT = "card-map"
 
 def profile_to_row(p) -> tuple:
-    """CardProfile -> the ValueState tuple (PROFILE_DDL); None fields stay None."""
+    """CardProfile -> the map state's value tuple (PROFILE_DDL); None fields stay None."""
     return (p.ticket.count if p.ticket else None, p.ticket.mean if p.ticket else None,
             p.place.lat if p.place else None, p.place.lon if p.place else None,
             p.place.event_time if p.place else None,
@@ -48,30 +49,31 @@ def profile_from_row(row) -> CardProfile:
         last_seen=int(last_seen or 0))
 
 
-def score_bucket(stored: str | None, batch, watermark: int, now: int, ttl_ms: int, limits) -> tuple[dict, str]:
-    """Score one bucket's new transactions, card by card in event order (pure).
+def score_cards(stored: dict, batch, watermark: int, now: int, limits) -> tuple[dict, dict]:
+    """Score a bucket's new transactions, card by card in event order (pure).
 
-    `stored` is the bucket's state (JSON of profile rows by card), `batch` a pandas frame of
-    TXN_COLUMNS + offset. Returns the output columns (SCORED_FIELDS) and the new state, in which
-    cards not seen for `ttl_ms` are dropped.
+    `stored`: the profile row (PROFILE_DDL) of each card of the batch that has one, by card id;
+    `batch`: a pandas frame of TXN_COLUMNS + offset. Returns the output columns (SCORED_FIELDS) and
+    the new profile row of every card the batch touched: all a batch reads and writes are its own
+    cards, whatever the state holds.
 
-    Why buckets, not one state value per card: Spark calls the Python processor and its state
-    server once per key and batch, which costs about a millisecond per key on two cores; with
-    cards paying about once a minute nearly every row is its own key. A bucket of cards costs one
-    call and one state read and write per batch, whatever the number of its cards.
+    Why buckets at all: Spark calls the Python processor once per key and batch, about a
+    millisecond on two cores, and a card pays about once a minute, so keyed by card nearly every
+    row would be its own call. Keyed by bucket, with a map entry per card under it, a bucket costs
+    one call per batch and each card one state read and one write.
     """
-    rows_by_card: dict = json.loads(stored) if stored else {}
     batch = batch.sort_values(["card_id", "event_time", "offset"], kind="stable")
     out = {name: [] for name in SCORED_FIELDS}
+    updated: dict = {}
     columns = [batch[c].tolist() for c in TXN_COLUMNS]
     card, profile = None, None
     for values in zip(*columns):
         txn = dict(zip(TXN_COLUMNS, values))
         if txn["card_id"] != card:
             if card is not None:
-                rows_by_card[card] = profile_to_row(replace(profile, last_seen=now))
+                updated[card] = profile_to_row(replace(profile, last_seen=now))
             card = txn["card_id"]
-            row = rows_by_card.get(card)
+            row = stored.get(card)
             profile = profile_from_row(row) if row is not None else None
         scores, profile = score_transaction(profile, txn, limits)
         p = profile_to_row(profile)
@@ -84,7 +86,5 @@ def score_bucket(stored: str | None, batch, watermark: int, now: int, ttl_ms: in
                             ("p_time", p[4]), ("p_times", p[5])):
             out[name].append(value)
     if card is not None:
-        rows_by_card[card] = profile_to_row(replace(profile, last_seen=now))
-    expired = now - ttl_ms
-    kept = {c: r for c, r in rows_by_card.items() if (r[6] or 0) >= expired}
-    return out, json.dumps(kept, separators=(",", ":"))
+        updated[card] = profile_to_row(replace(profile, last_seen=now))
+    return out, updated

@@ -1,5 +1,5 @@
-"""The fraud checkpoint keeps the card-bucket count it was started with, and another is refused in
-one sentence (each card's state lives under its bucket's key)."""
+"""The fraud checkpoint keeps the state layout it was started with (the card-bucket count, a map
+entry per card), and another is refused in one sentence."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ def started(folder):
 def test_a_fresh_checkpoint_records_its_count_and_the_same_count_passes(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
     assert check_layout(folder, 64) is None
-    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 64}
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 64, "state": "card-map"}
     started(folder)
     assert check_layout(folder, 64) is None
 
@@ -34,11 +34,12 @@ def test_a_deleted_checkpoint_starts_afresh_with_any_count(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
     check_layout(folder, 64)  # recorded, but the checkpoint never ran (or was deleted)
     assert check_layout(folder, 16) is None
-    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 16}
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 16, "state": "card-map"}
 
 
-def test_a_checkpoint_from_before_the_record_adopts_the_count_it_runs_with(tmp_path):
+def test_a_checkpoint_of_the_older_bucket_json_state_is_refused(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
-    started(folder)
-    assert check_layout(folder, 64) is None
-    assert check_layout(folder, 8) is not None
+    started(folder)  # started before the layout was recorded: one JSON value per bucket
+    refusal = check_layout(folder, 64)
+    assert refusal and "older state" in refusal and "make clean" in refusal
+    assert not (tmp_path / "fraud" / "decisions-layout.json").exists()  # nothing adopted

@@ -2,8 +2,6 @@
 Spark calls per card bucket, with in-memory state instead of RocksDB (no SparkSession)."""
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 from pyspark.sql.streaming import TwsTester
 
@@ -21,14 +19,14 @@ def rows(card: str, amounts: list[int], start: int, step: int = 10 * MINUTE, pre
                         columns=[*TXN_COLUMNS, "offset"])
 
 
-def test_profiles_persist_in_the_bucket_state_between_batches():
+def test_profiles_persist_in_the_bucket_state_between_batches_one_map_entry_per_card():
     tester = TwsTester(make_processor(ttl_ms=24 * 60 * MINUTE), timeMode="ProcessingTime")
     first = tester.testInPandas(7, pd.concat([rows("a", [2_000, 2_100, 1_900, 2_000], T0),
                                               rows("b", [5_000], T0)]))
     assert sorted(first["txn_id"]) == sorted([f"t-a-{i}" for i in range(4)] + ["t-b-0"])
     assert (first["score_avg_ticket"] == 0).all()
-    stored = json.loads(tester.peekValueState("profiles", 7)[0])
-    assert set(stored) == {"a", "b"} and stored["a"][0] == 4  # four payments in card a's profile
+    stored = tester.peekMapState("cards", 7)
+    assert set(stored) == {("a",), ("b",)} and stored[("a",)][0] == 4  # four payments in card a's profile
 
     spike = tester.testInPandas(7, rows("a", [60_000], T0 + 60 * MINUTE, prefix="s"))
     assert spike["score_avg_ticket"].iloc[0] >= 0.9  # 30x the running average kept in state

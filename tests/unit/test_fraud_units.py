@@ -36,13 +36,11 @@ def test_bad_arguments_are_one_clear_error(capsys):
     assert parse_args([], load()).mode == "microbatch"
 
 
-def test_a_bucket_scores_each_card_in_event_order_and_forgets_idle_cards():
-    import json
-
+def test_a_bucket_scores_each_card_in_event_order_and_touches_only_its_cards():
     import pandas as pd
 
     from pipelines.fraud.analyzers import score_transaction
-    from pipelines.fraud.state import TXN_COLUMNS, score_bucket
+    from pipelines.fraud.state import TXN_COLUMNS, score_cards
 
     def txn(i, card, t, amount=1000, lat=48.85, lon=2.35):
         return {"txn_id": f"t{i}", "card_id": card, "merchant_id": "m", "amount_cents": amount, "lat": lat,
@@ -52,8 +50,11 @@ def test_a_bucket_scores_each_card_in_event_order_and_forgets_idle_cards():
     # out of order in the batch, and card "b" flies to New York a minute later
     second = [txn(5, "a", 1_900_000, amount=20_000), txn(4, "b", 62_000, lat=40.71, lon=-74.0),
               txn(6, "a", 1_800_000)]
-    out1, state = score_bucket(None, pd.DataFrame(first), 0, 10_000, 3_600_000, _limits())
-    out2, state = score_bucket(state, pd.DataFrame(second), 0, 20_000, 3_600_000, _limits())
+    state: dict = {}
+    out1, touched = score_cards({}, pd.DataFrame(first), 0, 10_000, _limits())
+    state.update(touched)
+    out2, touched = score_cards(state, pd.DataFrame(second), 0, 20_000, _limits())
+    state.update(touched)
 
     expected, profiles = {}, {}
     for t in sorted(first, key=lambda r: r["event_time"]) + sorted(second, key=lambda r: r["event_time"]):
@@ -65,10 +66,11 @@ def test_a_bucket_scores_each_card_in_event_order_and_forgets_idle_cards():
             got[txn_id] = {a: out[f"score_{a}"][i] for a in ("avg_ticket", "proximity", "velocity")}
     assert got == expected
     assert got["t4"]["proximity"] == 1.0 and got["t5"]["avg_ticket"] > 0.7
-    assert set(json.loads(state)) == {"a", "b"}
-    _, later = score_bucket(state, pd.DataFrame([txn(7, "c", 2_000_000)]), 0, 20_000 + 3_600_001, 3_600_000,
-                            _limits())
-    assert set(json.loads(later)) == {"c"}  # a and b were idle longer than the TTL
+    assert set(state) == {"a", "b"} and state["a"][0] == 5 and state["a"][6] == 20_000  # count, last seen
+    # a batch of card "c" reads and writes card "c" alone, whatever else the bucket holds
+    _, touched = score_cards({"a": state["a"], "b": state["b"]}, pd.DataFrame([txn(7, "c", 2_000_000)]), 0,
+                             30_000, _limits())
+    assert set(touched) == {"c"}
     assert TXN_COLUMNS[1] == "card_id"
 
 
