@@ -14,7 +14,8 @@ Every valid transaction the simulator sent must be decided: after the drain (`--
 the ones still undecided are counted (`undecided`) and the bench fails, its JSON printed first.
 A transaction decided twice is counted (`duplicates`); on the exactly-once `decisions` topic
 that is a failure too. Last line: {"mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms",
-"max_ms", "undecided", "duplicates", "precision", "recall", ...}; precision and recall are of the
+"max_ms", "undecided", "duplicates", "precision", "recall", "stages_ms", ...}, `stages_ms` (micro-batch)
+the median of each part of a stateful batch (pipelines.engine.stages) over the measured batches; precision and recall are of the
 simulator's own traffic (a consistency check: its patterns are shaped for the analyzers; the
 honest measurement is `python -m bench quality`). Progress goes to stderr.
 """
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from infra import broker, kafka_client
 from infra.config import ROOT, load
+from pipelines.engine.stages import STAGES
 
 LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
 LATENCY_COLUMNS = ("mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms", "max_ms", "measured",
@@ -140,6 +142,22 @@ def appended(records, topic: str) -> dict[str, int]:
                              f"latencies would mix the producers' clocks.")
         out.setdefault(str(value["txn_id"]), ts)
     return out
+
+
+def stage_medians(store_path: Path, since_ms: int) -> dict:
+    """Median of each stage (pipelines.engine.stages) over the fraud batches with rows committed in
+    the measured window: where a stateful batch's time goes, beside the latency it makes."""
+    import statistics
+
+    from controlplane.store import connect
+    from dashboard.data.checkpoints import stage_breakdown
+
+    split = stage_breakdown(connect(store_path), limit=100_000)
+    split = split[split["ts"] >= since_ms] if not split.empty else split
+    if split.empty:
+        return {}
+    return {"batches": len(split), "duration_ms": round(statistics.median(split["duration_ms"])),
+            **{col: round(statistics.median(split[col])) for col, _ in STAGES}}
 
 
 def record(s, result: dict) -> None:
@@ -284,6 +302,8 @@ def main(argv: list[str]) -> dict:
                   "expected": len(expected), "behind_schedule_p99_ms": behind_schedule(tx_appended, on_time),
                   "output_topic": "decisions-rt" if args.mode == "realtime" else "decisions",
                   **quality(decisions, label_rows)}
+        if args.mode == "microbatch":
+            result["stages_ms"] = stage_medians(work / "store.db", since_ms)
         failure = None
         if figures["undecided"]:
             failure = (f"bench latency: {figures['undecided']} of {len(expected)} transactions were still "

@@ -44,8 +44,14 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
         "processed_rows_per_s": float, "duration_ms": int, "trigger_ms": int, "commit_ms": int,
         "state_rows": int, "state_memory_bytes": int, "state_disk_bytes": int, "state_rows_dropped_late": int,
         "state_rows_removed": int, "watermark": str, "event_time_max": str, "start_offsets": str,
-        "end_offsets": str, "checkpoint": str,
+        "end_offsets": str, "checkpoint": str, "offsets_ms": int, "planning_ms": int,
+        "state_update_ms": int, "state_commit_ms": int,
     }, ("query", "batch_id", "ts")),
+    # inside a fraud decisions batch (its foreachBatch, on the driver): computing the batch in Spark
+    # (Kafka read, parse, the stateful scoring, the aggregator: one Spark job), the per-record
+    # decisions in Python, the store's transaction and the Kafka transaction (pipelines.fraud.sinks)
+    "batch_stages": ({"query": str, "batch_id": int, "ts": int, "rows": int, "compute_ms": int,
+                      "decide_ms": int, "store_ms": int, "kafka_ms": int}, ("query", "batch_id", "ts")),
     # commands to the supervisor / simulator, and their life
     "commands": ({
         "id": int, "kind": str, "job": str, "params": str, "status": str, "issued_at": int,
@@ -177,7 +183,7 @@ INDEXES = [("decisions", ["decided_at"]), ("decisions", ["is_fraud", "decided_at
            ("decisions", ["batch_id"]), ("commands", ["status", "id"]),
            ("sink_batches", ["sink", "checkpoint_id", "batch_id"]),
            # the dashboard's bounded reads (recent batches, audit series, windows)
-           ("batch_progress", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"]),
+           ("batch_progress", ["ts"]), ("batch_stages", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"]),
            ("fraud_paths", ["bucket"]), ("quarantines", ["query", "checkpoint_id", "batch_id"]),
            ("query_failures", ["query", "ts"])]
 

@@ -284,6 +284,23 @@ def recoveries(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def stages(df: pd.DataFrame) -> go.Figure:
+    """One stacked bar per batch: where its trigger's time went (pipelines.engine.stages.STAGES)."""
+    from pipelines.engine.stages import STAGES
+
+    fig = go.Figure()
+    labels = df["batch_id"].map("{:d}".format)
+    for i, (col, name) in enumerate(STAGES):
+        fig.add_trace(go.Bar(x=labels, y=df[col] / 1000, name=name, marker_color=(SERIES + ["#9AA5AB"])[i],
+                             hovertemplate="%{y:.2f} s<extra>" + name + "</extra>"))
+    fig.update_xaxes(type="category", title_text="batch")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(barmode="stack", bargap=0.2)
+    fig = _layout(fig, "Where each fraud batch's time goes", height=380, y_title="seconds")
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0))
+    return fig
+
+
 # --- windows --------------------------------------------------------------------------------------
 
 def windows(df: pd.DataFrame, kind: str) -> go.Figure:

@@ -2,6 +2,8 @@
 the batches run again after a restart, from Spark's own logs and the sink ledger.
 
 - `batches`, `state_now`: Spark's progress per batch (StreamingQueryListener, `batch_progress`).
+- `stage_breakdown`: where each fraud batch's time went, Spark's parts and the sink's
+  (`batch_stages`, `pipelines.engine.stages`).
 - `positions`: each checkpoint as Spark left it on disk (`pipelines.engine.checkpoints`): its query
   id, the newest committed batch and the newest planned one; planned beyond committed is a batch
   running now, or one that a stop cut short and the next run replays.
@@ -25,6 +27,7 @@ from controlplane import ledger
 from dashboard.data.store import LEDGER_ROWS, frame, now_ms, since, to_time
 from infra.contracts import GUARANTEES
 from pipelines.engine import checkpoints
+from pipelines.engine.stages import STAGES, breakdown
 from pipelines.guarantees import POLICIES
 
 WINDOWS_QUERY = "usage-windows"
@@ -44,6 +47,28 @@ def batches(db, now: int | None = None, minutes: float = 15, limit: int = 5000) 
     mark = mark.where(mark > pd.Timestamp(0, tz="UTC"))  # Spark reports 0 (1970) until a watermark is set
     df["watermark_gap_s"] = (newest - mark).dt.total_seconds()
     return df.sort_values("ts").reset_index(drop=True)
+
+
+def stage_breakdown(db, query: str = "fraud", limit: int = 40) -> pd.DataFrame:
+    """The newest `limit` batches with rows of `query` (oldest first), each split by stage
+    (`pipelines.engine.stages.STAGES`): Spark's durations and the sink's own laps."""
+    progress = frame(db, "SELECT batch_id, ts, num_input_rows, duration_ms, trigger_ms, commit_ms, offsets_ms, "
+                         "planning_ms FROM batch_progress WHERE query = ? AND num_input_rows > 0 "
+                         "ORDER BY ts DESC LIMIT ?", [query, limit])
+    if progress.empty:
+        return pd.DataFrame(columns=["batch_id", "time", "rows", "duration_ms", *(k for k, _ in STAGES)])
+    laps = frame(db, "SELECT batch_id, ts, compute_ms, decide_ms, store_ms, kafka_ms FROM batch_stages "
+                     "WHERE query = ? AND batch_id >= ? ORDER BY ts", [query, int(progress["batch_id"].min())])
+    # a batch run again (after a restart) has a sink row per run: its newest before the progress row
+    rows = []
+    for p in progress.sort_values("ts").to_dict("records"):
+        mine = laps[(laps["batch_id"] == p["batch_id"]) & (laps["ts"] <= p["ts"])] if not laps.empty else laps
+        stages = mine.iloc[-1].to_dict() if not mine.empty else None
+        rows.append({"batch_id": p["batch_id"], "ts": p["ts"], "rows": p["num_input_rows"],
+                     "duration_ms": p["duration_ms"], **breakdown(p, stages)})
+    out = pd.DataFrame(rows)
+    out["time"] = to_time(out["ts"])
+    return out
 
 
 def state_now(batch_df: pd.DataFrame) -> pd.DataFrame:

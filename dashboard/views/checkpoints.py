@@ -36,6 +36,12 @@ def draw(db, s):
         left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), width="stretch")
         right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
                                             "duration (ms)"), width="stretch")
+        split = data.stage_breakdown(db)
+        if split.empty:
+            ui.no_data("no fraud batch with rows yet: nothing to split into stages.")
+        else:
+            st.plotly_chart(charts.stages(split), width="stretch")
+            st.caption(text.stages(split))
         st.subheader("Per query")
         queries = sorted(df["query"].unique(), key=lambda q: (q != "fraud", q))
         query = st.selectbox("query", queries, index=0, key="health_query")

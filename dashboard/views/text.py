@@ -276,6 +276,19 @@ def query_health(part) -> str:
     return "; ".join(parts) + "."
 
 
+def stages(split) -> str:
+    """The stage breakdown's medians in words: which part takes the time of a fraud batch."""
+    from pipelines.engine.stages import STAGES
+
+    med = {col: split[col].median() for col, _ in STAGES}
+    total = split["duration_ms"].median()
+    top = sorted(STAGES, key=lambda c: -med[c[0]])[:3]
+    said = ", ".join(f"{name} {fmt.duration_ms(med[col])}" for col, name in top)
+    return (f"Median of the newest {fmt.count(len(split))} fraud batches with rows: {fmt.duration_ms(total)} "
+            f"a batch, most of it {said}. The Spark job's part (read, parse, state, aggregate) is one job: Spark "
+            f"does not time its operators apart. From the progress listener and the decisions sink's own laps.")
+
+
 # --- memory and disk ------------------------------------------------------------------------------
 
 def memory(summary, every_s: float) -> str:

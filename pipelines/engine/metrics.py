@@ -33,6 +33,11 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
         "duration_ms": int(durations.get("triggerExecution", 0)),
         "trigger_ms": int(durations.get("addBatch", 0)),
         "commit_ms": int(durations.get("commitOffsets", 0)) + int(durations.get("walCommit", 0)),
+        # where the trigger's time went, Spark's side (pipelines.engine.stages adds the sink's)
+        "offsets_ms": int(durations.get("latestOffset", 0)) + int(durations.get("getBatch", 0)),
+        "planning_ms": int(durations.get("queryPlanning", 0)),
+        "state_update_ms": sum(int(op.allUpdatesTimeMs or 0) + int(op.allRemovalsTimeMs or 0) for op in ops),
+        "state_commit_ms": sum(int(op.commitTimeMs or 0) for op in ops),
         "state_rows": sum(op.numRowsTotal for op in ops),
         "state_memory_bytes": sum(op.memoryUsedBytes for op in ops),
         # RocksDB's files on disk (what the checkpoint holds), beyond what sits in memory

@@ -30,6 +30,7 @@ from infra import kafka_client
 from infra.config import Settings
 from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
 from pipelines.engine import checkpoints
+from pipelines.engine.stages import Stages
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -250,7 +251,9 @@ class Sinks:
         from pipelines.fraud.aggregator import aggregate_columns
 
         score, is_fraud = aggregate_columns(self.o.threshold)
+        clock = Stages()
         table = batch_df.select("*", score.alias("score"), is_fraud.alias("is_fraud")).toArrow()
+        clock.lap("compute_ms")
         if table.num_rows == 0:
             return
         rows = table.to_pylist()
@@ -260,13 +263,17 @@ class Sinks:
         batch = replace(checkpoints.ledger_batch(JOB, checkpoint, batch_id), processed=len(records),
                         fraud=sum(d["is_fraud"] for d in records))
         what = f"decisions batch {batch_id}"
+        clock.lap("decide_ms")
         try:
             with fencing.fenced_write(self.db, JOB, self.epoch, what) as conn:
                 if ledger.apply_once(conn, batch, self.epoch):
                     conn.executemany(_INSERT, [tuple(d[c] for c in DECISION_COLUMNS) for d in records])
                     if self.write_profiles:
                         write_profiles(conn, rows)
+            clock.lap("store_ms")
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(batch_id, payloads)
+            clock.lap("kafka_ms")
+            clock.record(self.db, JOB, batch_id, len(records))
         except (fencing.FencedError, Fenced) as exc:
             self.fenced(self.db, exc, what)
         self.decided += len(records)

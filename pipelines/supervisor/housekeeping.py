@@ -55,6 +55,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("decisions", "decided_at"),
     Rule("batch_progress", "ts"),
+    Rule("batch_stages", "ts"),
     Rule("audit", "ts"),
     Rule("fraud_paths", "bucket"),
     Rule("windows", "window_start", kinds=("tumbling", "sliding", "session"), ends="window_end"),

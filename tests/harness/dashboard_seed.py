@@ -309,8 +309,15 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
             "state_rows_dropped_late": 1 if f % 20 == 10 else 0, "state_rows_removed": 0,
             "watermark": _iso(planned - 40 - WATERMARK_MS), "event_time_max": _iso(planned - 40),
             "start_offsets": _spark_offsets(topics["transactions"], start),
-            "end_offsets": _spark_offsets(topics["transactions"], end), "checkpoint": "/run/checkpoints/fraud/decisions"})
+            "end_offsets": _spark_offsets(topics["transactions"], end), "checkpoint": "/run/checkpoints/fraud/decisions",
+            "offsets_ms": 6 + f % 4, "planning_ms": 11 + f % 5, "state_update_ms": 40 + f % 9, "state_commit_ms": 9})
     db["batch_progress"].insert_all(progress, alter=False)
+    # the decisions sink's laps inside addBatch (180 ms), recorded just before Spark's progress
+    db["batch_stages"].insert_all([{"query": "fraud", "batch_id": p["batch_id"], "ts": p["ts"] - 40,
+                                    "rows": p["num_input_rows"], "compute_ms": 118 + p["batch_id"] % 7,
+                                    "decide_ms": 14, "store_ms": 11, "kafka_ms": 19}
+                                   for p in progress if p["query"] == "fraud" and p["num_input_rows"] > 0],
+                                  alter=False)
 
     counts = {}
     for r in rows:

@@ -25,6 +25,8 @@ def seed(db, n_old=7, n_young=3):
                                + [decision(f"young-{i}", YOUNG + i) for i in range(n_young)], pk="txn_id")
     db["batch_progress"].insert_all([{"query": "fraud", "batch_id": i, "ts": ts} for i, ts in
                                      enumerate([OLD, OLD + 1, YOUNG])], pk=("query", "batch_id", "ts"))
+    db["batch_stages"].insert_all([{"query": "fraud", "batch_id": i, "ts": ts} for i, ts in enumerate([OLD, YOUNG])],
+                                  pk=("query", "batch_id", "ts"))
     db["audit"].insert_all([{"ts": ts, "job": "usage", "guarantee": "exactly-once", "metric": "processed"}
                             for ts in (OLD, YOUNG)], pk=("ts", "job", "guarantee", "metric"))
     db["fraud_paths"].insert_all([{"path": "stateful", "bucket": b} for b in (OLD, YOUNG)], pk=("path", "bucket"))
@@ -58,13 +60,13 @@ def count(db, table):
 def test_rows_older_than_the_retention_go_and_younger_ones_stay(store):
     seed(store)
     pruned = housekeeping.prune(store, NOW, retention_hours=24, batch=2)  # 2 rows per transaction
-    assert pruned == {"decisions": 7, "batch_progress": 2, "audit": 1, "fraud_paths": 1, "windows": 3,
+    assert pruned == {"decisions": 7, "batch_progress": 2, "batch_stages": 1, "audit": 1, "fraud_paths": 1, "windows": 3,
                       "late_events": 1, "query_failures": 1, "rejected_writes": 1, "process_memory": 1,
                       "storage_bytes": 1}
     assert sorted(r[0] for r in store.execute("SELECT txn_id FROM decisions")) == ["young-0", "young-1", "young-2"]
     assert [r[0] for r in store.execute("SELECT batch_id FROM batch_progress")] == [2]
     assert sorted(r[0] for r in store.execute("SELECT key FROM windows WHERE kind = 'session'")) == ["card-2"]
-    for table in ("audit", "fraud_paths", "late_events", "process_memory", "storage_bytes", "query_failures",
+    for table in ("batch_stages", "audit", "fraud_paths", "late_events", "process_memory", "storage_bytes", "query_failures",
                   "rejected_writes"):
         assert count(store, table) == 1, table
     # never pruned: the exactly-once ledger (sinks, the bound check and the audit read it) and the commands
