@@ -151,7 +151,7 @@ def main(argv: list[str]) -> dict:
     layout = json.loads((work / "checkpoints" / "fraud" / "decisions-layout.json").read_text()) \
         if (work / "checkpoints" / "fraud" / "decisions-layout.json").exists() else {"state": "bucket-json"}
     med = lambda k: round(statistics.median(x[k] for x in rounds))  # noqa: E731
-    return {"cards": args.cards, "touch": args.touch, "rounds": args.rounds, "layout": layout.get("state"),
+    return {"cards": args.cards, "touch": args.touch, "rounds": args.rounds, "layout": layout.get("state", "bucket-json"),
             "buckets": s.fraud_state_buckets, **built,
             "state_bytes_per_card": round(built["state_disk_bytes"] / args.cards, 1),
             "checkpoint_bytes_per_card": round(built["checkpoint_state_bytes"] / args.cards, 1),
