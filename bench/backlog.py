@@ -15,12 +15,9 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
-from bench.common import create_topic, delete_topics, fill, logger, own_broker
+from bench.common import scratch, create_topic, delete_topics, fill, logger, own_broker
 from controlplane.store import connect
 from infra.config import ROOT, load
 from pipelines.supervisor.memory import jvm_of, process_table, read_rss_mb
@@ -38,14 +35,7 @@ def main(argv: list[str]) -> dict:
     args = p.parse_args(argv)
     s = load()
     n = int(args.minutes * 60 * args.rate)
-    tag = uuid.uuid4().hex[:8]
-    s.run_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-backlog-", dir=s.run_dir))
-    topics = {"TOPIC_TRANSACTIONS": f"bench-backlog-tx-{tag}", "TOPIC_DECISIONS": f"bench-backlog-decisions-{tag}",
-              "TOPIC_DLQ": f"bench-backlog-dlq-{tag}", "TOPIC_MARKERS": f"bench-backlog-markers-{tag}",
-              "TOPIC_DECISIONS_RT": f"bench-backlog-rt-{tag}"}
-    env = {**os.environ, **topics, "PYTHONPATH": str(ROOT), "CARDSTREAM_DB": str(work / "cardstream.db"),
-           "CHECKPOINT_ROOT": str(work / "checkpoints")}
+    tag, work, topics, env = scratch(s, "backlog")
     with own_broker(s, log):
         try:
             create_topic(s, topics["TOPIC_TRANSACTIONS"], s.topics.partitions, append_time=True)

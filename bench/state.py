@@ -20,12 +20,10 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from bench.common import create_topic, delete_topics, logger, own_broker
+from bench.common import scratch, create_topic, delete_topics, logger, own_broker
 from controlplane.store import connect
 from infra import kafka_client
 from infra.config import ROOT, load
@@ -83,15 +81,9 @@ def main(argv: list[str]) -> dict:
     if args.cards < 1 or not 1 <= args.touch <= args.cards or args.rounds < 1:
         p.error("--cards and --rounds must be positive and --touch between 1 and --cards")
     s = load()
-    tag = uuid.uuid4().hex[:8]
-    s.run_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-state-", dir=s.run_dir))
-    topics = {"TOPIC_TRANSACTIONS": f"bench-state-tx-{tag}", "TOPIC_DECISIONS": f"bench-state-decisions-{tag}",
-              "TOPIC_DLQ": f"bench-state-dlq-{tag}", "TOPIC_MARKERS": f"bench-state-markers-{tag}",
-              "TOPIC_DECISIONS_RT": f"bench-state-rt-{tag}"}
+    tag, work, topics, env = scratch(s, "state")
+    env["TRIGGER_SECONDS"] = "1"
     state_dir = work / "checkpoints" / "fraud" / "decisions" / "state"
-    env = {**os.environ, **topics, "PYTHONPATH": str(ROOT), "CARDSTREAM_DB": str(work / "cardstream.db"),
-           "CHECKPOINT_ROOT": str(work / "checkpoints"), "TRIGGER_SECONDS": "1"}
     rng = random.Random(7)
     with own_broker(s, log):
         try:
