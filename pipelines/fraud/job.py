@@ -38,7 +38,7 @@ from pipelines.engine import checkpoints
 from pipelines.engine.poison import Streaks
 from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import warm_up
-from pipelines.engine.standby import Heartbeat, listen, wait_for_takeover
+from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks
@@ -156,11 +156,12 @@ def score(source, s: Settings):
     return scored, bad
 
 
-def rehearse(spark, s: Settings, timeout_s: float = 180.0) -> None:
+def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> None:
     """A standby's dress rehearsal of its first batch, so a takeover finds it all started: the
     decisions plan (parse, the stateful pandas operator with its Python workers, state server and
     RocksDB store, the foreachBatch callback) run to completion once over a few transactions from
-    a scratch folder, with a scratch checkpoint; nothing of it reaches Kafka or the store."""
+    a scratch folder, with a scratch checkpoint; nothing of it reaches Kafka or the store. It is
+    stopped at once when `cancel()` says so (a promotion must not wait for a warm-up)."""
     import tempfile
 
     from pyspark.sql import types as T
@@ -184,9 +185,13 @@ def rehearse(spark, s: Settings, timeout_s: float = 180.0) -> None:
         query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
                  .option("checkpointLocation", f"{tmp}/checkpoint")
                  .foreachBatch(lambda df, _batch: df.count()).trigger(availableNow=True).start())
-        if not query.awaitTermination(timeout_s):
-            query.stop()
-            log.warning("the standby's rehearsal did not finish in %.0f s; waiting without it", timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while not query.awaitTermination(0.2):
+            if cancel() or time.monotonic() > deadline:
+                query.stop()
+                log.warning("the standby's rehearsal stopped before its end (%s)",
+                            "promoted or stopped" if cancel() else f"not done in {timeout_s:.0f} s")
+                return
 
 
 def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None) -> dict:
@@ -282,7 +287,7 @@ def check_layout(folder: Path, buckets: int) -> str | None:
 
 
 def refuse_other_layout(o: Options, s: Settings) -> None:
-    """Exit 2 with check_layout's sentence when the checkpoint was started with another bucket count."""
+    """Exit 2 with check_layout's sentence when the checkpoint's state has another layout."""
     refusal = check_layout(o.checkpoint / "decisions", s.fraud_state_buckets)
     if refusal:
         log.error("%s", refusal)
@@ -310,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     refuse_other_layout(o, s)
     spark = get_spark("cardstream-fraud", s)
     # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
-    # availableNow run would never end); idle cards still expire on the card's next batch.
+    # availableNow run would never end); an expired card reads as absent at once, and Spark
+    # removes expired entries in the next batch with data.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     o.checkpoint.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -320,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         record_ui(db, f"{JOB}-standby", spark)
         warm_up(spark, s, o.transactions_topic)
         if s.standby_rehearsal:
-            rehearse(spark, s)
+            try:
+                rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set())
+            except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
+                log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
         if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
             spark.stop()
             return 0
