@@ -480,18 +480,26 @@ def storage(df: pd.DataFrame) -> go.Figure:
 
 # --- fraud ----------------------------------------------------------------------------------------
 
+def txn_labels(ids: pd.Series, width: int = 20) -> list[str]:
+    """One row label per transaction: the id, or its tail when longer than `width` (ids share their
+    run prefix, so a cut head would give every row the same label and the heatmap one row)."""
+    ids = ids.astype(str)
+    tails = [t if len(t) <= width else "…" + t[-(width - 1):] for t in ids]
+    return tails if len(set(tails)) == len(tails) else list(ids)
+
+
 def scores(flagged: pd.DataFrame, top: int = 20) -> go.Figure:
     """Per-analyzer scores of the newest flagged transactions, as a heatmap."""
     part = flagged.head(top).iloc[::-1]
     cols = [f"score_{a}" for a in ANALYZERS] + ["score"]
     labels = [a.replace("_", " ") for a in ANALYZERS] + ["combined"]
     z = part[cols].astype(float).to_numpy()
-    fig = go.Figure(go.Heatmap(z=z, x=labels, y=part["txn_id"].str.slice(0, 14), colorscale="YlOrRd",
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=txn_labels(part["txn_id"]), colorscale="YlOrRd",
                                zmin=0, zmax=1, text=[[f"{v:.2f}" for v in row] for row in z],
                                texttemplate="%{text}", colorbar=dict(title="score (0–1)"),
                                hovertemplate="%{y} · %{x}: %{z:.2f}<extra></extra>"))
     fig.update_xaxes(title_text="analyzer", side="bottom")
-    fig.update_yaxes(title_text="transaction")
+    fig.update_yaxes(title_text="transaction", type="category")
     shown = f"the newest {len(part)}" if len(part) > 1 else "the one"
     fig = _layout(fig, f"Scores of {shown} flagged transaction{'s' if len(part) > 1 else ''}",
                   height=max(320, 24 * len(part) + 130))

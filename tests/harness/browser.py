@@ -142,10 +142,17 @@ def tall(page) -> None:
 
 def check_and_shoot(page, where: str, path: Path, failed_dir: Path | None = None) -> None:
     """The whole page drawn (`tall`), checked (`page_defects`), and its screenshot saved to `path`;
-    a page that fails the check is saved to `failed_dir` instead (never over a good screenshot)."""
+    a page that fails the check is saved to `failed_dir` instead (never over a good screenshot). A
+    chart not drawn is looked at again three times, 1.5 s apart, before it counts: the live demo's
+    pages rerun every 2 s and redraw their charts."""
     tall(page)
     try:
         defects = page_defects(page)
+        for _ in range(3):  # a live page reruns every 2 s: a chart caught mid-redraw is drawn again
+            if not defects or not all(d.startswith("chart not drawn") for d in defects):
+                break
+            page.wait_for_timeout(1500)
+            defects = page_defects(page)
         target = path if not defects or failed_dir is None else failed_dir / f"failed-{path.name}"
         target.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(target), full_page=True)
