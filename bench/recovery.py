@@ -53,7 +53,7 @@ def median_phases(rows: list[dict]) -> dict:
 
 
 def describe(rec: dict) -> str:
-    return ", ".join(f"{p[:-2].replace('_', ' ')} {rec[p]:.1f} s" if rec.get(p) is not None else f"{p[:-2]} ?"
+    return ", ".join(f"{p[:-2].replace('_', ' ')} " + (f"{rec[p]:.1f} s" if rec.get(p) is not None else "not told")
                      for p in PHASES)
 
 
@@ -102,8 +102,7 @@ def main(argv: list[str]) -> dict:
                 command_id = commands.issue(db, "crash", job)
                 wait_for(f"the crash of {job}", lambda: db["commands"].get(command_id)["status"] != "pending", 30)
                 wait_for(f"{job} to recover", lambda: db["recoveries"].count_where("job = ?", [job]) > before, 240)
-                rec = db.execute("SELECT * FROM recoveries WHERE job = ? ORDER BY id DESC LIMIT 1", [job]).fetchone()
-                rec = dict(zip([c[0] for c in db.execute("SELECT * FROM recoveries LIMIT 0").description], rec))
+                (rec,) = db["recoveries"].rows_where("job = ?", [job], order_by="id desc", limit=1)
                 log(f"round {round_}: {job} recovered in {rec['seconds']:.1f} s ({describe(rec)})")
         result = {}
         for job in crashed:

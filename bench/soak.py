@@ -53,7 +53,6 @@ from controlplane import commands
 from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import ROOT, load
-from pipelines.supervisor import memory
 
 CYCLE = ("sink-down", "task-failure", "crash-after-sink", "broker-down", "crash")
 JOB_FAULTS = ("crash", "crash-after-sink")  # these alternate usage / fraud per cycle
@@ -95,15 +94,13 @@ def memory_figures(rows: list[tuple[int, str, int, float]], t0_ms: int, minutes:
     base_minute = 10 if minutes >= 10 else 1
     by: dict[str, list[tuple[int, float]]] = {}
     pids: dict[str, set] = {}
+    per_pid: dict[tuple[str, int], list[tuple[int, float]]] = {}
     for ts, process, pid, rss in sorted(rows):
         if t0_ms - slack_ms <= ts <= end:
             by.setdefault(process, []).append((ts, rss))
             pids.setdefault(process, set()).add(pid)
-    rss_mb, growth = {}, {}
-    per_pid: dict[tuple[str, int], list[tuple[int, float]]] = {}
-    for ts, process, pid, rss in sorted(rows):
-        if t0_ms - slack_ms <= ts <= end:
             per_pid.setdefault((process, pid), []).append((ts, rss))
+    rss_mb, growth = {}, {}
     for process, samples in sorted(by.items()):
         first, last = samples[0], samples[-1]
         ten = at_or_after(samples, t0_ms + 10 * 60_000 - slack_ms) if minutes >= 10 else None

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from infra.contracts import ANALYZERS, GUARANTEES
+from pipelines.engine.stages import STAGES
 
 GUARANTEE_COLORS = {"at-most-once": "#E4572E", "at-least-once": "#F3A712", "exactly-once": "#29A19C"}
 TRUTH_COLOR = "#5C6B73"
@@ -258,13 +259,12 @@ def recoveries(df: pd.DataFrame) -> go.Figure:
     (kill -> lease -> first batch started -> committed); a recovery recorded without them is one
     grey block."""
     fig = go.Figure()
-    df = df.sort_values("killed").copy()
-    how = df["via"].map({"standby": "standby", "restart": "restart"}).fillna("restart")
-    labels = df["job"] + " · " + how + " · " + df["fault"] + " · " + df["killed"].dt.strftime("%H:%M:%S")
+    df = df.sort_values("killed")
+    labels = df["job"] + " · " + df["via"] + " · " + df["fault"] + " · " + df["killed"].dt.strftime("%H:%M:%S")
+    broken_down = df["to_lease_s"].notna()  # the phases of a recovery are told together or not at all
     told = pd.Series(0.0, index=df.index)
     for i, (col, name) in enumerate(RECOVERY_PHASES):
-        values = pd.to_numeric(df[col], errors="coerce") if col in df else pd.Series(np.nan, index=df.index)
-        values = values.where(df["to_lease_s"].notna() if "to_lease_s" in df else False)
+        values = pd.to_numeric(df[col], errors="coerce").where(broken_down)
         told += values.fillna(0.0)
         fig.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=SERIES[i],
                              hovertemplate="%{y:.1f} s<extra>" + name.split(" (")[0] + "</extra>"))
@@ -286,8 +286,6 @@ def recoveries(df: pd.DataFrame) -> go.Figure:
 
 def stages(df: pd.DataFrame) -> go.Figure:
     """One stacked bar per batch: where its trigger's time went (pipelines.engine.stages.STAGES)."""
-    from pipelines.engine.stages import STAGES
-
     fig = go.Figure()
     labels = df["batch_id"].map("{:d}".format)
     for i, (col, name) in enumerate(STAGES):

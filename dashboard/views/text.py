@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from controlplane.faults import CATALOGUE
 from dashboard import fmt
+from pipelines.engine.stages import STAGES
 from pipelines.guarantees import POLICIES
 
 COLORS = {"at-most-once": "red", "at-least-once": "orange", "exactly-once": "green"}
@@ -278,8 +279,6 @@ def query_health(part) -> str:
 
 def stages(split) -> str:
     """The stage breakdown's medians in words: which part takes the time of a fraud batch."""
-    from pipelines.engine.stages import STAGES
-
     med = {col: split[col].median() for col, _ in STAGES}
     total = split["duration_ms"].median()
     top = sorted(STAGES, key=lambda c: -med[c[0]])[:3]

@@ -11,6 +11,7 @@ auditor the arrays' 26 bytes per record it has not folded, not a Python string e
 from __future__ import annotations
 
 import json
+
 import numpy as np
 
 from infra import kafka_client
@@ -61,37 +62,51 @@ class TopicIndex:
         finally:
             c.close()
 
+    def _consumer(self):
+        return kafka_client.consumer(self.s, group_id=None, isolation_level="read_committed",
+                                     max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024,
+                                     max_partition_fetch_bytes=16 * 1024 * 1024)
+
+    def _scan(self, c, ranges: dict[int, tuple[int, int]], on_record) -> dict[int, int]:
+        """Hand `on_record` every record of partition p with offset in ranges[p] = [lo, hi), in
+        order; stop when every partition is past hi or the broker gave nothing for 10 s. Returns
+        where each partition's reading stood (at most hi; past control records and aborted
+        transactions too)."""
+        from kafka import TopicPartition
+
+        tps = {p: TopicPartition(self.topic, p) for p in ranges}
+        c.assign(list(tps.values()))
+        for p, tp in tps.items():
+            c.seek(tp, ranges[p][0])
+        idle = 0
+        while idle < 20 and any(c.position(tps[p]) < hi for p, (_, hi) in ranges.items()):
+            batch = c.poll(timeout_ms=500)
+            idle = 0 if batch else idle + 1
+            for tp, records in batch.items():
+                lo, hi = ranges[tp.partition]
+                for r in records:
+                    if lo <= r.offset < hi:
+                        on_record(r)
+        return {p: min(c.position(tp), ranges[p][1]) for p, tp in tps.items()}
+
     def read(self) -> "TopicIndex":
         """Read from where the last read stopped up to the end offsets taken now."""
         from kafka import TopicPartition
 
-        c = kafka_client.consumer(self.s, group_id=None, isolation_level="read_committed",
-                                  max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024,
-                                  max_partition_fetch_bytes=16 * 1024 * 1024)
+        c = self._consumer()
         try:
             tps = [TopicPartition(self.topic, p) for p in kafka_client.partitions(c, self.topic, wait_s=1.0)]
             if not tps:
                 return self
             ends = c.end_offsets(tps)
-            todo = [tp for tp in tps if self.positions.get(tp.partition, 0) < ends[tp]]
-            if not todo:
+            ranges = {tp.partition: (self.positions.get(tp.partition, 0), ends[tp]) for tp in tps
+                      if self.positions.get(tp.partition, 0) < ends[tp]}
+            if not ranges:
                 return self
-            c.assign(todo)
-            for tp in todo:
-                self.ids_from.setdefault(tp.partition, self.positions.get(tp.partition, 0))
-                c.seek(tp, self.positions.get(tp.partition, 0))
-            idle = 0
-            while idle < 20 and any(c.position(tp) < ends[tp] for tp in todo):
-                batch = c.poll(timeout_ms=500)
-                idle = 0 if batch else idle + 1
-                for tp, records in batch.items():
-                    for r in records:
-                        if self.positions.get(tp.partition, 0) <= r.offset < ends[tp]:
-                            self._add(r)
-                            self.positions[tp.partition] = r.offset + 1
-            for tp in todo:  # past control records and aborted transactions too
-                self.positions[tp.partition] = max(self.positions.get(tp.partition, 0),
-                                                   min(c.position(tp), ends[tp]))
+            for p, (lo, _) in ranges.items():
+                self.ids_from.setdefault(p, lo)
+            for p, at in self._scan(c, ranges, self._add).items():
+                self.positions[p] = max(self.positions.get(p, 0), at)
             return self
         finally:
             c.close()
@@ -151,34 +166,22 @@ class TopicIndex:
     def take_ids(self, ends: dict[int, int]) -> list[tuple[int, str]]:
         """The (offset, txn_id) of each partition p from where the last take stopped up to
         `ends[p]`, read again from Kafka (read_committed, as the index was)."""
-        from kafka import TopicPartition
-
         todo = {p: (self.ids_from.get(p, end), end) for p, end in ends.items() if self.ids_from.get(p, end) < end}
         out: list[tuple[int, str]] = []
         if not todo:
             return out
-        c = kafka_client.consumer(self.s, group_id=None, isolation_level="read_committed",
-                                  max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024,
-                                  max_partition_fetch_bytes=16 * 1024 * 1024)
+
+        def collect(r) -> None:
+            txn_id = _txn_id(r.value)
+            if txn_id is not None:
+                out.append((r.offset, txn_id))
+
+        c = self._consumer()
         try:
-            tps = {p: TopicPartition(self.topic, p) for p in todo}
-            c.assign(list(tps.values()))
-            for p, tp in tps.items():
-                c.seek(tp, todo[p][0])
-            idle = 0
-            while idle < 20 and any(c.position(tps[p]) < todo[p][1] for p in todo):
-                batch = c.poll(timeout_ms=500)
-                idle = 0 if batch else idle + 1
-                for tp, records in batch.items():
-                    lo, hi = todo[tp.partition]
-                    for r in records:
-                        if lo <= r.offset < hi:
-                            txn_id = _txn_id(r.value)
-                            if txn_id is not None:
-                                out.append((r.offset, txn_id))
-            short = {p: (c.position(tps[p]), hi) for p, (_, hi) in todo.items() if c.position(tps[p]) < hi}
+            reached = self._scan(c, todo, collect)
         finally:
             c.close()
+        short = {p: (reached[p], hi) for p, (_, hi) in todo.items() if reached[p] < hi}
         if short:  # the broker stopped answering: no fold this time (its records would count as lost)
             raise TimeoutError(f"{self.topic} gave no records for 10 s while reading its txn_ids again, at "
                                + ", ".join(f"partition {p} offset {at} of {hi}" for p, (at, hi) in short.items()))
