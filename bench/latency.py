@@ -14,8 +14,9 @@ Every valid transaction the simulator sent must be decided: after the drain (`--
 the ones still undecided are counted (`undecided`) and the bench fails, its JSON printed first.
 A transaction decided twice is counted (`duplicates`); on the exactly-once `decisions` topic
 that is a failure too. Last line: {"mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms",
-"max_ms", "undecided", "duplicates", "precision", "recall", "stages_ms", ...}, `stages_ms` (micro-batch)
-the median of each part of a stateful batch (pipelines.engine.stages) over the measured batches; precision and recall are of the
+"max_ms", "undecided", "duplicates", "precision", "recall", "stages_ms" | "profile_age_p99_ms", ...}, `stages_ms` (micro-batch)
+the median of each part of a stateful batch (pipelines.engine.stages) over the measured batches,
+`profile_age_p99_ms` (real-time) the p99 of the decisions' `profile_age_ms`; precision and recall are of the
 simulator's own traffic (a consistency check: its patterns are shaped for the analyzers; the
 honest measurement is `python -m bench quality`). Progress goes to stderr.
 """
@@ -105,6 +106,41 @@ def quality(decisions: list[dict], labels: list[dict]) -> dict:
     return {"labelled": len(both), "frauds": tp + fn,
             "precision": round(tp / (tp + fp), 4) if tp + fp else None,
             "recall": round(tp / (tp + fn), 4) if tp + fn else None}
+
+
+def profile_age_p99(decisions: list[dict], tx_appended: dict[str, int], expected: set[str],
+                    since_ms: int) -> float | None:
+    """p99 of `profile_age_ms` over the measured transactions' first real-time decisions: how old
+    the newest transaction a decision's card profile may have been missing was."""
+    seen, ages = set(), []
+    for d in decisions:
+        t = str(d.get("txn_id"))
+        if t in seen or t not in expected or tx_appended.get(t, -1) < since_ms:
+            continue
+        seen.add(t)
+        if isinstance(d.get("profile_age_ms"), int):
+            ages.append(d["profile_age_ms"])
+    return percentile(sorted(ages), 99)
+
+
+def realtime_split(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
+                   since_ms: int) -> dict:
+    """Where a real-time decision's time goes, p50 / p99 over the measured first decisions:
+    `read_and_score` = decided_at (the JVM's clock in the scoring projection) - the transaction's
+    append time; `write` = the decision's append time - decided_at. One machine, so the two clocks
+    are one."""
+    seen, read, write = set(), [], []
+    for d, appended_at in records:
+        t = str(d.get("txn_id"))
+        if t in seen or t not in expected or tx_appended.get(t, -1) < since_ms or not isinstance(d.get("decided_at"), int):
+            continue
+        seen.add(t)
+        read.append(d["decided_at"] - tx_appended[t])
+        write.append(appended_at - d["decided_at"])
+    read.sort()
+    write.sort()
+    return {"read_and_score_p50": percentile(read, 50), "read_and_score_p99": percentile(read, 99),
+            "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}
 
 
 def read_records(s, topic: str, idle_ms: int = 3_000) -> list[tuple[dict | None, int, int]]:
@@ -245,7 +281,7 @@ def main(argv: list[str]) -> dict:
              "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
              "--checkpoint", str(work / "checkpoint"),
              "--store", str(work / "store.db"), "--trigger-seconds", str(args.trigger_seconds),
-             "--starting-offsets", "earliest", "--profile-refresh-seconds", "0"],
+             "--starting-offsets", "earliest"],
             cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
         while "mode, epoch" not in (work / "job.log").read_text():
@@ -304,6 +340,10 @@ def main(argv: list[str]) -> dict:
                   **quality(decisions, label_rows)}
         if args.mode == "microbatch":
             result["stages_ms"] = stage_medians(work / "store.db", since_ms)
+        else:
+            result["profile_age_p99_ms"] = profile_age_p99(decisions, tx_appended, expected, since_ms)
+            result["split_ms"] = realtime_split([(v, ts) for v, ts, _ in out_records], tx_appended, expected,
+                                                since_ms)
         failure = None
         if figures["undecided"]:
             failure = (f"bench latency: {figures['undecided']} of {len(expected)} transactions were still "

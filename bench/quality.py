@@ -13,6 +13,10 @@ area under the precision-recall curve, as scikit-learn computes it: ties one ste
 legitimate pattern: the share of its transactions flagged. `all`: every fraud against every
 legitimate transaction. They are written to the store's `quality` table (one run id) for the
 dashboard. The last line is one JSON object; progress goes to stderr.
+
+`--realtime` also runs the real-time path (`--mode realtime`: its live profiles in the JVM) on the
+same set, read back from `decisions-rt` once every transaction is decided there: its figures go
+under `realtime`, and `realtime_recall_ratio` is its recall over the stateful path's.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -149,9 +154,34 @@ def read_decisions(s: Settings, topic: str, expect: int, timeout_s: float = 60.0
         consumer.close()
 
 
-def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: float | None = None) -> dict:
+def read_all(s: Settings, topic: str, want: set[str], timeout_s: float, alive) -> list[dict]:
+    """The decisions of `topic` until every txn_id of `want` has one, the time is up, or `alive()`
+    turns False (the job died)."""
+    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", max_poll_records=5_000,
+                                     isolation_level="read_committed")
+    out: list[dict] = []
+    missing = set(want)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while missing and time.monotonic() < deadline and alive():
+            for records in consumer.poll(timeout_ms=1_000).values():
+                for m in records:
+                    d = json.loads(m.value)
+                    out.append(d)
+                    missing.discard(d.get("txn_id"))
+        return out
+    finally:
+        consumer.close()
+
+
+def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: float | None = None,
+            path: str = "stateful") -> dict:
     """Send `txns` through the real fraud job (its own topics, checkpoint and store under `work`);
-    {"figures", "undecided", "duplicates", "decided", "seconds"}. The caller owns the broker."""
+    {"figures", "undecided", "duplicates", "decided", "seconds"}. The caller owns the broker.
+
+    `path` "stateful": the job in micro-batch mode, `--available-now`, read from `decisions`;
+    "real-time": the job in real-time mode, read from `decisions-rt` until every transaction is
+    decided there, then stopped."""
     from infra.topics import ensure_topics
 
     tag = uuid.uuid4().hex[:8]
@@ -160,26 +190,38 @@ def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: 
     send(s, tx, txns)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "pipelines.fraud", "--transactions-topic", tx,
+           "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
+           "--checkpoint", str(work / "checkpoint"), "--store", str(work / "store.db"),
+           "--starting-offsets", "earliest"]
+    cmd += ["--mode", "realtime"] if path == "real-time" else ["--available-now"]
+    if path == "real-time":
+        # one task slot per Kafka partition for the real-time query, beside the stateful path's
+        env.setdefault("SPARK_MASTER", f"local[{2 * s.topics.partitions + 2}]")
+    if threshold is not None:
+        cmd += ["--threshold", str(threshold)]
     with open(work / "job.log", "w") as job_log:
-        cmd = [sys.executable, "-m", "pipelines.fraud", "--available-now", "--transactions-topic", tx,
-               "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
-               "--checkpoint", str(work / "checkpoint"), "--store", str(work / "store.db"),
-               "--starting-offsets", "earliest"]
-        if threshold is not None:
-            cmd += ["--threshold", str(threshold)]
-        job = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                               stdout=job_log, stderr=subprocess.STDOUT)
+        job = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
         try:
-            code = job.wait(JOB_TIMEOUT_S)
+            if path == "real-time":
+                decisions = read_all(s, rt, {l["txn_id"] for l in labels}, JOB_TIMEOUT_S,
+                                     lambda: job.poll() is None)
+                code = job.poll()
+                job.send_signal(signal.SIGTERM)
+                job.wait(120)
+            else:
+                code = job.wait(JOB_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             job.kill()
             job.wait()
             raise SystemExit(f"bench quality: the fraud job did not finish within {JOB_TIMEOUT_S:g} s; "
                              f"see {work / 'job.log'}.") from None
     seconds = time.monotonic() - t0
-    if code != 0:
+    if code:
         raise SystemExit(f"bench quality: the fraud job exited with code {code}; see {work / 'job.log'}.")
-    decisions = read_decisions(s, dec, len(txns))
+    if path != "real-time":
+        decisions = read_decisions(s, dec, len(txns))
     rows, undecided, duplicates = join(labels, decisions)
     return {"figures": pattern_figures(rows) if rows else {}, "undecided": len(undecided),
             "undecided_ids": undecided[:5], "duplicates": duplicates, "decided": len(rows),
@@ -207,6 +249,8 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--seed", type=int, default=evaluation.SEED, help="the evaluation set's seed")
     p.add_argument("--cards", type=int, default=evaluation.CARDS)
     p.add_argument("--days", type=float, default=evaluation.DAYS, help="event time the set spans")
+    p.add_argument("--realtime", action="store_true",
+                   help="also run the real-time path on the same set (`realtime`, `realtime_recall_ratio`)")
     p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
     args = p.parse_args(argv)
     s = load()
@@ -221,15 +265,24 @@ def main(argv: list[str]) -> dict:
     work = s.run_dir / f"bench-quality-{run_id}"
     with own_broker(s, log):
         m = measure(s, txns, labels, work)
+        rt = measure(s, txns, labels, work / "realtime", path="real-time") if args.realtime else None
     result = {"seed": args.seed, "cards": args.cards, "transactions": len(txns),
               "frauds": sum(l["is_fraud"] for l in labels), "threshold": s.fraud_threshold,
               "undecided": m["undecided"], "duplicates": m["duplicates"], "job_seconds": m["seconds"],
               "patterns": m["figures"], **{k: m["figures"].get("all", {}).get(k)
                                            for k in ("precision", "recall", "average_precision")}}
-    if m["undecided"] or m["duplicates"]:
+    if rt is not None:
+        figures = rt["figures"].get("all", {})
+        result["realtime"] = {"undecided": rt["undecided"], "duplicates": rt["duplicates"],
+                              "job_seconds": rt["seconds"], "patterns": rt["figures"],
+                              **{k: figures.get(k) for k in ("precision", "recall", "average_precision")}}
+        result["realtime_recall_ratio"] = (round(figures["recall"] / result["recall"], 4)
+                                           if figures.get("recall") is not None and result["recall"] else None)
+    if m["undecided"] or m["duplicates"] or (rt is not None and rt["undecided"]):
         print(json.dumps(result), flush=True)
         raise SystemExit(f"bench quality: {m['undecided']} transactions undecided (for instance "
-                         f"{', '.join(m['undecided_ids'])}) and {m['duplicates']} decided twice; "
+                         f"{', '.join(m['undecided_ids'])}) and {m['duplicates']} decided twice by the "
+                         f"stateful path; {rt['undecided'] if rt else 0} undecided by the real-time path; "
                          f"the job's log is kept at {work / 'job.log'}.")
     shutil.rmtree(work, ignore_errors=True)
     record(s, run_id, args.seed, s.fraud_threshold, m["figures"])

@@ -122,7 +122,7 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     # (pipelines.audit.paths.buckets over the transactions, decisions-rt and decisions topics)
     "fraud_paths": ({"path": str, "bucket": int, "transactions": int, "decided": int, "undecided": int,
                      "duplicated": int, "filled": int, "p50_ms": int, "p99_ms": int, "max_ms": int,
-                     "updated_at": int}, ("path", "bucket")),
+                     "alerts": int, "confirmed": int, "updated_at": int}, ("path", "bucket")),
     # what each kill or restart of the fraud job did to its real-time path (paths.episode), per
     # command, with the guarantee the restarted query ran under
     "fraud_rt_gaps": ({"command_id": int, "kind": str, "guarantee": str, "killed_at": int, "recovered_at": int,

@@ -106,8 +106,15 @@ class Settings:
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
-    fraud_rt_guarantee: str = "at-most-once"  # the real-time fraud path's (at-least-once: replays)
+    fraud_rt_guarantee: str = "at-least-once"  # the real-time fraud path's (at-most-once: skips)
     fraud_mode: str = "microbatch"            # the fraud job's mode (realtime: both paths)
+    # the real-time query's batch (its checkpoint interval: at-least-once replays at most this much)
+    realtime_batch_seconds: float = 300.0
+    # a real-time start reads back at most this many records per partition (its profiles' seed
+    # may be older: then they miss what lies between, and the decisions' profile_age_ms says so)
+    realtime_max_replay: int = 50_000
+    # real-time mode: the nice level of the stateful path's Python workers (0: not lowered)
+    realtime_worker_nice: int = 10
     topic_replication: int = 1
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
@@ -167,7 +174,10 @@ def load(env: dict | None = None) -> Settings:
         max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),
         poison_batch_failures=_int(env, "POISON_BATCH_FAILURES", 3),
         topic_replication=_int(env, "TOPIC_REPLICATION", 1),
-        fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-most-once",
+        fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-least-once",
+        realtime_batch_seconds=_float(env, "REALTIME_BATCH_SECONDS", 300.0),
+        realtime_max_replay=_int(env, "REALTIME_MAX_REPLAY", 50_000),
+        realtime_worker_nice=_int(env, "REALTIME_WORKER_NICE", 10),
         fraud_mode=env.get("FRAUD_MODE") or "microbatch",
         fraud_undecided_after_seconds=_float(env, "FRAUD_UNDECIDED_AFTER_SECONDS", 15.0),
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),

@@ -1,5 +1,8 @@
 """Fetch the JVM jars CardStream runs on: the Kafka broker and the Spark-Kafka connector.
 
+Two small jars are compiled here too, against PySpark's own jars: the Kafka token shim
+(infra/shim) and the real-time fraud path's live profiles (pipelines/fraud/jvm).
+
 `python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
 there. Each folder is filled under a temporary name and renamed only when complete, with a
 manifest of what it holds, so an interrupted setup never leaves a folder that looks usable.
@@ -22,6 +25,9 @@ from infra.jvm import require_java
 INFRA = ROOT / "infra"
 KINDS = ("kafka", "spark")
 SHIM_JAR = "cardstream-kafka-token-shim.jar"
+# the Java sources compiled into the Spark jar folder: {jar name: source root}
+JAVA_JARS = {SHIM_JAR: INFRA / "shim",
+             "cardstream-live-profiles.jar": ROOT / "pipelines" / "fraud" / "jvm"}
 MANIFEST = ".complete.json"
 NETWORK_SIGNS = ("No plugin found for prefix", "Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",
                  "Connection refused", "Connect to", "timed out", "UnknownHostException")
@@ -30,8 +36,9 @@ NETWORK_SIGNS = ("No plugin found for prefix", "Unknown host", "transfer failed"
 def _fingerprint(kind: str) -> str:
     digest = hashlib.sha256((INFRA / kind / "pom.xml").read_bytes())
     if kind == "spark":
-        for src in sorted((INFRA / "shim").rglob("*.java")):
-            digest.update(src.read_bytes())
+        for root in JAVA_JARS.values():
+            for src in sorted(root.rglob("*.java")):
+                digest.update(src.read_bytes())
     return digest.hexdigest()
 
 
@@ -68,23 +75,23 @@ def _mvn(kind: str, out: Path) -> None:
         raise SystemExit(f"Maven could not fetch the {kind} jars: {first[:400]}")
 
 
-def _build_shim(out: Path) -> None:
-    """Compile infra/shim (stands in for spark-token-provider-kafka) against PySpark's jars."""
+def _build_jar(out: Path, name: str, root: Path) -> None:
+    """Compile the Java sources under `root` against PySpark's jars into `out`/`name`."""
     import pyspark
 
     javac = shutil.which("javac")
     if not javac:
-        raise SystemExit("`javac` (a JDK 17, not only a JRE) is needed to build the Spark-Kafka "
-                         "token shim; install openjdk-17-jdk-headless.")
+        raise SystemExit(f"`javac` (a JDK 17, not only a JRE) is needed to build {name}; "
+                         "install openjdk-17-jdk-headless.")
     pyspark_jars = Path(pyspark.__file__).parent / "jars"
-    sources = [str(p) for p in sorted((INFRA / "shim").rglob("*.java"))]
+    sources = [str(p) for p in sorted(root.rglob("*.java"))]
     with tempfile.TemporaryDirectory() as classes:
         proc = subprocess.run([javac, "-nowarn", "--release", "17", "-d", classes, "-cp",
                                f"{pyspark_jars}/*:{out}/*", *sources],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            raise SystemExit(f"Compiling the Spark-Kafka token shim failed: {proc.stderr.strip()[:400]}")
-        with zipfile.ZipFile(out / SHIM_JAR, "w", zipfile.ZIP_DEFLATED) as jar:
+            raise SystemExit(f"Compiling {name} failed: {proc.stderr.strip()[:400]}")
+        with zipfile.ZipFile(out / name, "w", zipfile.ZIP_DEFLATED) as jar:
             for cls in Path(classes).rglob("*.class"):
                 jar.write(cls, cls.relative_to(classes).as_posix())
 
@@ -104,7 +111,8 @@ def ensure(kind: str, jars_dir: Path) -> Path:
     print(f"infra/jars: fetching the {kind} jars from Maven Central ...", file=sys.stderr)
     _mvn(kind, partial)
     if kind == "spark":
-        _build_shim(partial)
+        for name, root in JAVA_JARS.items():
+            _build_jar(partial, name, root)
     jars = sorted(p.name for p in partial.glob("*.jar"))
     (partial / MANIFEST).write_text(json.dumps({"fingerprint": _fingerprint(kind), "jars": jars}))
     partial.rename(target)

@@ -69,7 +69,7 @@ def paths_series(db, now: int | None = None, minutes: float = 30) -> pd.DataFram
     """Per path and 5 s slice of arrival time (the auditor's `fraud_paths`): transactions, decided,
     undecided (None while the slice may still be decided), duplicated, latency p50/p99/max."""
     df = frame(db, "SELECT path, bucket, transactions, decided, undecided, duplicated, filled, p50_ms, p99_ms, "
-                   "max_ms FROM fraud_paths WHERE bucket > ? ORDER BY bucket, path LIMIT 5000",
+                   "max_ms, alerts, confirmed FROM fraud_paths WHERE bucket > ? ORDER BY bucket, path LIMIT 5000",
                [since(now, minutes)])
     df["time"] = to_time(df["bucket"])
     return df
@@ -77,7 +77,9 @@ def paths_series(db, now: int | None = None, minutes: float = 30) -> pd.DataFram
 
 def paths_totals(series: pd.DataFrame) -> dict:
     """{path: decided, undecided (settled slices), duplicated, filled, p99_ms (newest settled slice
-    with decisions), arrived} over the series; {} for a path with no row."""
+    with decisions), arrived, alerts and confirmed (real-time: its fraud alerts the stateful path
+    has decided, and of those the ones it flagged too; None when not known)} over the series; {}
+    for a path with no row."""
     out = {}
     for path in PATHS:
         part = series[series["path"] == path]
@@ -89,6 +91,9 @@ def paths_totals(series: pd.DataFrame) -> dict:
                      "undecided": int(settled["undecided"].sum()), "duplicated": int(part["duplicated"].sum()),
                      "filled": int(settled["filled"].fillna(0).sum()),
                      "p99_ms": _value(timed["p99_ms"].iloc[-1]) if not timed.empty else None}
+        for key in ("alerts", "confirmed"):
+            known = part[key].dropna() if key in part else part.iloc[0:0]
+            out[path][key] = int(known.sum()) if not known.empty else None
     return out
 
 

@@ -213,6 +213,18 @@ def rt_guarantee_story(gap: dict | None, totals: dict, guarantee: str | None, mi
     return head + f"; p99 in the minute after recovery {fmt.duration_ms(gap.get('p99_after_recovery_ms'))}."
 
 
+def confirmed_alerts(alerts, confirmed, minutes: float = 30) -> str:
+    """How many of the real-time path's fraud alerts the stateful path confirmed (auditor's counts)."""
+    if alerts is None:
+        return "Fast alerts confirmed: not known yet (the auditor has not compared both paths' fraud flags)."
+    if alerts == 0:
+        return (f"Fast alerts confirmed: no fraud alert of the real-time path in the last {minutes:g} minutes "
+                "has been decided by the stateful path yet.")
+    return (f"Fast alerts confirmed: of the {fmt.count(alerts)} transactions the real-time path flagged in the last "
+            f"{minutes:g} minutes and the stateful path has decided, the stateful path flagged "
+            f"{fmt.count(confirmed)} ({fmt.percent(confirmed / alerts)}).")
+
+
 def poison_batches(q, threshold: int) -> str:
     """What the poison-batch rule did, in one sentence over the quarantines shown."""
     done = q[q["status"] == "dead-lettered"]

@@ -265,11 +265,8 @@ class Auditor:
 
     def _stamps(self, index: TopicIndex, keep=None) -> path_figures.Stamps:
         parts = list(index.partitions().values())
-        s = path_figures.Stamps.concat([path_figures.Stamps(p.codes, p.times) for p in parts])
-        if keep is not None:
-            mask = keep(s.codes)
-            s = path_figures.Stamps(s.codes[mask], s.times[mask])
-        return s
+        s = path_figures.Stamps.concat([path_figures.Stamps(p.codes, p.times, p.fraud) for p in parts])
+        return s.where(keep(s.codes)) if keep is not None else s
 
     def paths(self, now: int, labels: _Lookup) -> dict:
         """The two paths over the last `paths_minutes` and what each kill or restart of the fraud job

@@ -26,9 +26,11 @@ IN_FLIGHT_MS = 1_000
 
 @dataclass(frozen=True)
 class Stamps:
-    """One topic's records as (txn_id code, append time ms), in any order."""
+    """One topic's records as (txn_id code, append time ms), in any order, and for decisions
+    whether each said fraud (`fraud`; None when not known)."""
     codes: np.ndarray
     times: np.ndarray
+    fraud: np.ndarray | None = None
 
     @staticmethod
     def of(pairs) -> "Stamps":
@@ -40,7 +42,15 @@ class Stamps:
     def concat(parts: list["Stamps"]) -> "Stamps":
         if not parts:
             return Stamps(np.zeros(0, np.int64), np.zeros(0, np.int64))
-        return Stamps(np.concatenate([p.codes for p in parts]), np.concatenate([p.times for p in parts]))
+        fraud = None if any(p.fraud is None for p in parts) else np.concatenate([p.fraud for p in parts])
+        return Stamps(np.concatenate([p.codes for p in parts]), np.concatenate([p.times for p in parts]), fraud)
+
+    def where(self, mask: np.ndarray) -> "Stamps":
+        return Stamps(self.codes[mask], self.times[mask], None if self.fraud is None else self.fraud[mask])
+
+    def flagged(self) -> np.ndarray | None:
+        """The distinct codes some record of which said fraud (sorted; None when not known)."""
+        return None if self.fraud is None else np.unique(self.codes[self.fraud])
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,10 @@ def buckets(tx: Stamps, rt: Stamps, acc: Stamps, since: int, settled_before: int
     each transaction's first decision. `undecided` is counted only for transactions that arrived
     before `settled_before` (younger ones may still be on their way: None in a bucket holding them);
     for the real-time path `filled` is how many of its undecided the stateful path decided.
-    `starts` {path: ms or None}: a path is judged only on transactions from then on (None: not at all)."""
+    `starts` {path: ms or None}: a path is judged only on transactions from then on (None: not at all).
+    When both paths' fraud flags are known, a real-time slice also has `alerts` (transactions the
+    real-time path flagged and the stateful path has decided) and `confirmed` (of those, the ones
+    the stateful path flagged too); else they are None."""
     tx_first = first(tx)
     keep = tx_first.first >= since
     codes, arrived = tx_first.codes[keep], tx_first.first[keep]
@@ -135,6 +148,10 @@ def buckets(tx: Stamps, rt: Stamps, acc: Stamps, since: int, settled_before: int
     out = []
     acc_first = first(acc)
     acc_found, _ = acc_first.lookup(codes)
+    rt_flagged, acc_flagged = rt.flagged(), acc.flagged()
+    checked = rt_flagged is not None and acc_flagged is not None
+    alert = np.isin(codes, rt_flagged) & acc_found if checked else None
+    confirmed = alert & np.isin(codes, acc_flagged) if checked else None
     for path, stamps in (("real-time", rt), ("stateful", acc)):
         begin = (starts or {}).get(path, since)
         if begin is None:
@@ -154,7 +171,9 @@ def buckets(tx: Stamps, rt: Stamps, acc: Stamps, since: int, settled_before: int
             out.append({"path": path, "bucket": start, "transactions": int(m.sum()), "decided": int((m & found).sum()),
                         "undecided": int(missing.sum()) if settled else None, "duplicated": int(extra[m].sum()),
                         "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "max_ms": int(lat.max()) if len(lat) else None,
-                        "filled": int((missing & acc_found).sum()) if path == "real-time" and settled else None})
+                        "filled": int((missing & acc_found).sum()) if path == "real-time" and settled else None,
+                        "alerts": int((m & alert).sum()) if path == "real-time" and checked else None,
+                        "confirmed": int((m & confirmed).sum()) if path == "real-time" and checked else None})
     return out
 
 

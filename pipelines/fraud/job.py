@@ -20,7 +20,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -65,7 +64,7 @@ class Options:
     checkpoint: Path
     store_path: Path
     threshold: float
-    profile_refresh_seconds: float = 300.0
+    realtime_batch_seconds: float = 300.0
     markers_topic: str = "decisions-batches"
     realtime_topic: str = "decisions-rt"
     guarantee: str = "at-most-once"   # the real-time path's; the stateful path is exactly once
@@ -98,8 +97,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    help="this job's checkpoint folder (one sub-folder per query)")
     p.add_argument("--store", type=Path, default=s.store_path)
     p.add_argument("--threshold", type=float, default=s.fraud_threshold)
-    p.add_argument("--profile-refresh-seconds", type=float, default=300.0,
-                   help="real-time mode: how often the scoring query takes a fresh profile snapshot (0: never)")
+    p.add_argument("--realtime-batch-seconds", type=float, default=s.realtime_batch_seconds,
+                   help="real-time mode: the real-time query's batch, its checkpoint interval (REALTIME_BATCH_SECONDS)")
     a = p.parse_args(argv)
     if a.trigger_seconds < 0:
         p.error("--trigger-seconds must be zero or more")
@@ -115,7 +114,7 @@ def parse_args(argv: list[str], s: Settings) -> Options:
         p.error("--available-now works in micro-batch mode only")
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
                    a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
-                   a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.profile_refresh_seconds,
+                   a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.realtime_batch_seconds,
                    a.markers_topic, a.realtime_topic, a.guarantee, a.standby)
 
 
@@ -313,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     db = connect(o.store_path)
     check_bound(db, o)
     refuse_other_layout(o, s)
-    spark = get_spark("cardstream-fraud", s)
+    # real-time mode: the stateful path's Python workers yield the CPU to the real-time tasks
+    spark = get_spark("cardstream-fraud", s, **({"spark.python.daemon.module": "pipelines.engine.niced_daemon"}
+                                                if o.mode == "realtime" and s.realtime_worker_nice else {}))
     # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
     # availableNow run would never end); an expired card reads as absent at once, and Spark
     # removes expired entries in the next batch with data.
@@ -361,11 +362,11 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines.fraud import realtime
 
         def start_realtime(restart=False):
-            if o.guarantee == "at-most-once":  # no checkpoint kept: whatever came meanwhile is skipped
-                shutil.rmtree(o.checkpoint / "realtime", ignore_errors=True)
-            resumed = (o.checkpoint / "realtime" / "offsets").is_dir()
             started_at = int(time.time() * 1000)  # before the query: its first decision comes after
-            query = realtime.Refreshing(spark, o, s)
+            query, plan, resumed = realtime.start(spark, o, s, started_at, JOB)
+            log.info("real-time path (%s) reads from %s, folds from %s%s", o.guarantee, plan.starts, plan.folds,
+                     f"; its profiles miss what came before the fold on partitions {sorted(plan.holes)}"
+                     if plan.holes else "")
             # the Fraud page says what this start did: it reads the guarantee from here
             db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": o.guarantee,
                                         "resumed": int(resumed), "epoch": epoch, "pid": os.getpid()})

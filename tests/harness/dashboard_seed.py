@@ -527,6 +527,9 @@ class FraudPaths:
     totals: dict                  # {path: decided, undecided} over the survey
 
 
+FRAUD_EVERY, FAST_ONLY_EVERY = 50, 500
+
+
 def seed_fraud_paths(db, now: int, guarantee: str = "at-most-once", crash: bool = True) -> FraudPaths:
     """Five minutes of the fraud job in real-time mode at 40 tx/s, as its parts write them: the job
     records each start of its real-time query (`fraud_rt_runs`); `crash` on fraud 2 minutes before
@@ -570,13 +573,16 @@ def seed_fraud_paths(db, now: int, guarantee: str = "at-most-once", crash: bool 
                                "result": "SIGKILL sent to fraud driver pid 4100; restart in 2 s"}, alter=False)
     faults = [tuple(r) for r in db.execute("SELECT id, kind, started_at FROM commands WHERE kind = 'crash' "
                                            "AND job = 'fraud' ORDER BY started_at").fetchall()]
-    rt = Stamps(rt.codes[rt.times <= now], rt.times[rt.times <= now])
-    acc = Stamps(acc.codes[acc.times <= now], acc.times[acc.times <= now])
+    # one transaction in FRAUD_EVERY is a fraud both paths flag; the real-time path also flags one
+    # in FAST_ONLY_EVERY the stateful path clears (a replay scored on a profile that moved on)
+    rt = Stamps(rt.codes, rt.times, (rt.codes % FRAUD_EVERY == 0) | (rt.codes % FAST_ONLY_EVERY == 7))
+    acc = Stamps(acc.codes, acc.times, acc.codes % FRAUD_EVERY == 0)
+    rt, acc = rt.where(rt.times <= now), acc.where(acc.times <= now)
     tx = Stamps(codes, arrived)
     # the live auditor: every 5 s over the newest 30 minutes (slices upserted as replays land)
     last = None
     for at in range(t0 + TRIGGER_MS, now + 1, TRIGGER_MS):
-        seen = lambda s: Stamps(s.codes[s.times <= at], s.times[s.times <= at])  # noqa: E731
+        seen = lambda s: s.where(s.times <= at)  # noqa: E731
         last = survey(seen(tx), seen(rt), seen(acc), [(a, g) for a, g, _ in runs if a <= at],
                       [f for f in faults if f[2] <= at], at, TRIGGER_MS, 15_000, 30)
         record_paths(db, last, at)

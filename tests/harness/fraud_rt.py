@@ -62,9 +62,10 @@ class Feeder(threading.Thread):
         self.join(30)
 
 
-def read_stamps(s: Settings, topic: str, idle_ms: int = 2_000) -> list[tuple[str, int]]:
+def read_stamps(s: Settings, topic: str, idle_ms: int = 2_000, docs: list | None = None) -> list[tuple[str, int]]:
     """(txn_id, LogAppendTime) of every committed record of `topic`, read_committed (the
-    transactional `decisions` topic's aborted records are never read)."""
+    transactional `decisions` topic's aborted records are never read); each record's JSON is
+    appended to `docs` when given."""
     c = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
                               max_poll_records=5_000, isolation_level="read_committed", group_id=None)
     out = []
@@ -79,6 +80,8 @@ def read_stamps(s: Settings, topic: str, idle_ms: int = 2_000) -> list[tuple[str
                 continue
             if isinstance(doc, dict) and isinstance(doc.get("txn_id"), str):
                 out.append((doc["txn_id"], m.timestamp))
+                if docs is not None:
+                    docs.append(doc)
         return out
     finally:
         c.close()
@@ -103,7 +106,9 @@ class RealtimeRun:
         args = ["--mode", "realtime", "--guarantee", guarantee, "--transactions-topic", self.tx,
                 "--decisions-topic", self.dec, "--dlq-topic", self.dlq, "--markers-topic", self.marks,
                 "--realtime-topic", self.rt, "--checkpoint", str(work / "checkpoint"),
-                "--store", str(work / "store.db")]
+                "--store", str(work / "store.db"),
+                # one real-time batch for the whole run: no commit between the start and a kill
+                "--realtime-batch-seconds", "600"]
         self.job = JobProcess(env, args, module="pipelines.fraud", ready=READY)
         self._codes: dict[str, int] = {}
 

@@ -1,15 +1,19 @@
-"""The SQL mirrors agree with the plain functions: the real-time path's analyzers and the aggregator.
+"""The real-time path's JVM side agrees with the plain functions: the live profiles' analyzers
+(LiveProfiles.java, called through SQL `reflect`) and the SQL aggregator.
 
-The real-time query may not run Python (Spark 4.2's real-time allowlist), so it scores with SQL
-expressions; here both are evaluated on the same cases on the shared SparkSession.
+The real-time query may not run Python (Spark 4.2's real-time allowlist), so it scores in the JVM;
+here both are evaluated on the same transactions on the shared SparkSession.
 """
 from __future__ import annotations
+
+import time
+import uuid
 
 import pytest
 
 from infra.contracts import ANALYZERS
 from pipelines.fraud.aggregator import aggregate, aggregate_columns
-from pipelines.fraud.analyzers import score_transaction
+from pipelines.fraud.analyzers import DEFAULT_LIMITS, score_transaction
 from pipelines.fraud.state import profile_to_row
 
 T0 = 1_700_000_000_000
@@ -20,42 +24,126 @@ def txn(amount, where, t):
     return {"amount_cents": amount, "lat": where[0], "lon": where[1], "event_time": t}
 
 
-def cases():
-    """(profile after some history, next transaction) pairs covering each analyzer's ramps."""
+ROW_DDL = ("card_id string, amount_cents long, lat double, lon double, event_time long, partition int, "
+           "offset long, produced_at long")
+
+
+def live(spark, rows, seed_path):
+    """Score `rows` (in this order, one Spark task) through the Java live profiles."""
+    from pipelines.fraud.realtime import live_scores
+
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), ROW_DDL)
+    out = df.select("offset", live_scores(str(seed_path)).alias("r")).collect()
+    return {r["offset"]: [float(x) for x in r["r"].split(",")] for r in out}
+
+
+def seed_file(tmp_path, snapshot=None, folds=None, holes=None):
+    from pipelines.fraud import seed
+
+    scope = f"test-{uuid.uuid4().hex[:8]}"
+    p = seed.Plan(starts=folds or {0: 0}, folds=folds or {0: 0}, holes=holes or {})
+    return seed.write(tmp_path / f"{scope}.tsv",
+                      seed.seed_lines(scope, snapshot or seed.Snapshot(), p, DEFAULT_LIMITS, 86_400_000, 1))
+
+
+def stream():
+    """The cases' histories and next transactions as one stream of cards on partition 0, in order."""
+    rows, now = [], int(time.time() * 1000)
+    for k, (history_and_next) in enumerate(sequences()):
+        for t in history_and_next:
+            rows.append((f"card-{k}", t["amount_cents"], t["lat"], t["lon"], t["event_time"], 0, len(rows), now))
+    return rows
+
+
+def sequences():
     history = [txn(2_000 + 150 * i, PARIS, T0 + i * 600_000) for i in range(5)]
     burst = [txn(150, PARIS, T0 + 3_000_000 + i * 2_000) for i in range(4)]
     nexts = [txn(2_100, PARIS, T0 + 3_100_000), txn(9_000, PARIS, T0 + 3_100_000),
              txn(60_000, PARIS, T0 + 3_100_000), txn(2_000, NEW_YORK, T0 + 2_700_000 + 30 * 60_000),
              txn(2_000, LYON, T0 + 2_400_000 + 50 * 60_000), txn(2_000, LYON, T0 + 2_400_000 + 30 * 60_000),
              txn(150, PARIS, T0 + 3_009_000)]
-    out = []
-    for past in (history, history + burst):
-        profile = None
-        for h in past:
-            _, profile = score_transaction(profile, h)
-        out += [(profile, n) for n in nexts]
-    return out
+    # an out-of-order one too (proximity keeps the newest place), and a long card for the ticket cap
+    late = [txn(2_000, PARIS, T0), txn(2_000, NEW_YORK, T0 + 7_200_000), txn(2_000, LYON, T0 + 3_600_000),
+            txn(2_000, LYON, T0 + 7_300_000)]
+    steady = [txn(1_000 + (i % 7) * 300, PARIS, T0 + i * 20_000) for i in range(70)]
+    return [past + [n] for past in (history, history + burst) for n in nexts] + [late, steady]
 
 
-def test_realtime_sql_scores_match_the_python_analyzers(spark):
-    from pipelines.fraud.realtime import score_columns
+def python_scores(rows):
+    """What the stateful path's analyzers say for each row, card by card in stream order."""
+    profiles, out = {}, {}
+    for card, amount, lat, lon, t, _, offset, _ in rows:
+        scores, profiles[card] = score_transaction(profiles.get(card), {"amount_cents": amount, "lat": lat,
+                                                                        "lon": lon, "event_time": t})
+        out[offset] = [scores[n] for n in ANALYZERS]
+    return out, profiles
 
-    rows, expected = [], []
-    for i, (profile, n) in enumerate(cases()):
-        p = profile_to_row(profile)
-        rows.append((i, n["amount_cents"], n["lat"], n["lon"], n["event_time"], *p[:6]))
-        scores, _ = score_transaction(profile, n)
-        expected.append(scores)
-    df = spark.createDataFrame(rows, "i int, amount_cents long, lat double, lon double, event_time long, "
-                                     "p_count long, p_mean double, p_lat double, p_lon double, p_time long, "
-                                     "p_times string")
-    cols = score_columns()
-    got = {r["i"]: r for r in df.select("i", *[cols[n].alias(n) for n in ANALYZERS]).collect()}
-    for i, scores in enumerate(expected):
-        for name in ANALYZERS:
-            assert got[i][name] == pytest.approx(scores[name], abs=1e-9), (i, name)
-    assert any(s["proximity"] == 1.0 for s in expected) and any(s["velocity"] == 1.0 for s in expected)
-    assert any(0 < s["avg_ticket"] < 1 for s in expected)
+
+def test_live_profiles_score_as_the_python_analyzers(spark, tmp_path):
+    """The Java analyzers of the real-time path agree with pipelines.fraud.analyzers, transaction
+    by transaction, as they fold each card's profile."""
+    rows = stream()
+    want, _ = python_scores(rows)
+    got = live(spark, rows, seed_file(tmp_path))
+    assert set(got) == set(want)
+    for offset, scores in want.items():
+        assert got[offset][:3] == pytest.approx(scores, abs=1e-9), offset
+    flat = [x for s in want.values() for x in s]
+    assert 1.0 in flat and any(0 < x < 1 for x in flat)  # the cases reach the ramps and their tops
+    assert all(0 <= g[3] < 60_000 for g in got.values())  # age: the transaction's own, no hole
+
+
+def test_a_replay_folds_nothing_twice(spark, tmp_path):
+    """Records read again (a restart reading back) are scored but not folded: the next new record
+    scores as if each transaction had been seen once."""
+    rows = stream()
+    path = seed_file(tmp_path)
+    head, tail = rows[:-1], rows[-1:]
+    live(spark, head, path)
+    live(spark, head[-20:], path)  # a replay of the last 20
+    got = live(spark, tail, path)
+    want, _ = python_scores(rows)
+    assert got[tail[0][6]][:3] == pytest.approx(want[tail[0][6]], abs=1e-9)
+
+
+def test_seeded_profiles_and_a_hole(spark, tmp_path):
+    """A seed's profile is where a card starts (as the stateful path left it); a partition with a
+    hole says how old the hole is in every decision's profile age."""
+    from pipelines.fraud import seed
+
+    rows = stream()
+    cut = 40
+    want, _ = python_scores(rows)
+    _, before = python_scores(rows[:cut])
+    profiles = [(card, *profile_to_row(p)[:6]) for card, p in before.items()]
+    hole_at = int(time.time() * 1000) - 120_000
+    snap = seed.Snapshot(as_of=hole_at, ends={0: cut}, profiles=profiles)
+    got = live(spark, rows, seed_file(tmp_path, snap, folds={0: cut}, holes={0: hole_at}))
+    for offset in range(cut, len(rows)):
+        assert got[offset][:3] == pytest.approx(want[offset], abs=1e-9), offset
+        assert got[offset][3] >= 120_000
+    # the records before the seed's offsets are replays: scored, never folded
+
+
+def test_at_most_once_folds_what_it_does_not_decide(spark, tmp_path):
+    """At-most-once sends no decision for a transaction appended before its start, but its card's
+    profile still folds it: the filter stays above the Java call in Spark's plan."""
+    from pyspark.sql import functions as F
+
+    from pipelines.fraud.realtime import decisions
+
+    rows = stream()
+    start_at = 1_000_000
+    stamped = [(f"t{r[6]}", "m", *r, start_at - 1 if r[6] < len(rows) - 1 else start_at) for r in rows]
+    df = spark.createDataFrame(spark.sparkContext.parallelize(stamped, 1),
+                               "txn_id string, merchant_id string, " + ROW_DDL + ", ts_ms long")
+    df = df.select("*", F.timestamp_millis("ts_ms").alias("kafka_ts"))
+    out = decisions(df, str(seed_file(tmp_path)), start_at, 0.7, 60_000).collect()
+    assert [r["txn_id"] for r in out] == [f"t{len(rows) - 1}"]
+    want, _ = python_scores(rows)
+    got = out[0]
+    assert [got[f"score_{n}"] for n in ANALYZERS] == pytest.approx(want[len(rows) - 1], abs=1e-9)
+    assert got["profile_age_ms"] >= 0
 
 
 def test_aggregator_sql_matches_python(spark):

@@ -79,4 +79,16 @@ def test_the_fraud_page_shows_both_paths_and_the_crash(guarantee, db_path, dead_
     said = "at-most-once skipped 240 transactions" if guarantee == "at-most-once" else "at-least-once replayed 7,200"
     assert said in shown
     assert fmt.count(seeded.totals["real-time"]["decided"]) in shown
+    # the fast alerts the stateful path confirmed, as the auditor counted them
+    totals = data.paths_totals(data.paths_series(connect(db_path), seeded.now))["real-time"]
+    assert totals["alerts"] > totals["confirmed"] > 0
+    assert text.confirmed_alerts(totals["alerts"], totals["confirmed"]) in shown
     assert len(at.get("plotly_chart")) >= 1
+
+
+def test_the_confirmed_share_is_said_only_from_counts():
+    assert text.confirmed_alerts(None, None).startswith("Fast alerts confirmed: not known yet")
+    assert "has been decided by the stateful path yet" in text.confirmed_alerts(0, 0)
+    assert text.confirmed_alerts(40, 36) == (
+        "Fast alerts confirmed: of the 40 transactions the real-time path flagged in the last 30 minutes and the "
+        "stateful path has decided, the stateful path flagged 36 (90.0 %).")

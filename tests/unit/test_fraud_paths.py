@@ -109,6 +109,24 @@ def test_buckets_count_duplicates_and_judge_a_path_from_its_start_only():
     assert sum(r["duplicated"] for r in rows if r["path"] == "real-time") == 100
 
 
+def test_fast_alerts_confirmed_by_the_stateful_path_only_once_it_has_decided_them():
+    import numpy as np
+
+    tx = stream(100)  # 10 s of arrivals, two 5 s slices
+    rt = Stamps(tx.codes, tx.times + 8, np.isin(tx.codes, [1, 2, 3, 60, 61]))
+    # the stateful path flags 2, 3 and 60, and has not decided 61 yet
+    acc_codes = tx.codes[tx.codes != 61]
+    acc = Stamps(acc_codes, acc_codes * 100 + T0 + 2_100, np.isin(acc_codes, [2, 3, 60, 70]))
+    rows = {(r["path"], r["bucket"]): r for r in buckets(tx, rt, acc, T0, T0 + 20_000, 5_000)}
+    first_slice, second = rows[("real-time", T0)], rows[("real-time", T0 + 5_000)]
+    assert (first_slice["alerts"], first_slice["confirmed"]) == (3, 2)   # 1 not confirmed
+    assert (second["alerts"], second["confirmed"]) == (1, 1)             # 61 not checked yet
+    assert rows[("stateful", T0)]["alerts"] is None
+    # without the flags (an older index) nothing is claimed
+    plain = buckets(tx, Stamps(rt.codes, rt.times), acc, T0, T0 + 20_000, 5_000)
+    assert all(r["alerts"] is None and r["confirmed"] is None for r in plain)
+
+
 def test_the_supervisor_puts_the_guarantee_in_the_fraud_job_s_arguments():
     s = load({})
     argv = ["python", "-m", "pipelines.fraud", "--mode", "realtime", "--guarantee=at-least-once"]
@@ -116,7 +134,7 @@ def test_the_supervisor_puts_the_guarantee_in_the_fraud_job_s_arguments():
     changed = with_guarantee(argv, "at-most-once")
     assert changed == ["python", "-m", "pipelines.fraud", "--mode", "realtime", "--guarantee", "at-most-once"]
     assert with_guarantee(changed, "at-least-once")[-2:] == ["--guarantee", "at-least-once"]
-    assert argv_mode(["python"], s) == "microbatch" and argv_guarantee(["python"], s) == "at-most-once"
+    assert argv_mode(["python"], s) == "microbatch" and argv_guarantee(["python"], s) == "at-least-once"
     assert argv_mode(["python"], load({"FRAUD_MODE": "realtime"})) == "realtime"
 
 

@@ -1,0 +1,343 @@
+package cardstream.fraud;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The real-time path's card profiles, kept live inside the executor JVM.
+ *
+ * <p>Spark's real-time mode runs no state store and no Python, but a projection may call a static
+ * Java method (SQL {@code reflect}). Its tasks are long-running, one per Kafka partition, and the
+ * simulator keys transactions by card, so every card is read, in order, by one task: a map per
+ * partition, folded transaction by transaction, is exactly the stateful analyzers' profile without
+ * a checkpoint. The three analyzers here mirror {@code pipelines/fraud/analyzers.py} line by line
+ * (a Spark test checks they agree); the aggregator stays in SQL.
+ *
+ * <p>The profiles start from a seed the driver writes (the stateful path's profiles and the Kafka
+ * offsets they cover, read in one store transaction). A record at or past the seed's offset is
+ * folded; a record before it (a replay) is scored against a copy and folds nothing, so a replay
+ * never counts a transaction twice. A partition whose live profiles already cover more than a new
+ * seed keeps them (they are fresher); one that covers less is reset from the seed.
+ */
+public final class LiveProfiles {
+    private LiveProfiles() {}
+
+    /** Where each analyzer's score ramps from 0 to 1: pipelines.fraud.analyzers.Limits. */
+    static final class Limits {
+        int ticketMinHistory = 3;
+        double ticketRatioLow = 2.5, ticketRatioHigh = 6.0;
+        int ticketHistoryCap = 50;
+        long proximityWindowMs = 6L * 3600 * 1000;
+        double speedLowKmh = 450.0, speedHighKmh = 1050.0, minDistanceKm = 50.0;
+        long minGapMs = 60_000;
+        long velocityWindowMs = 60_000;
+        double velocityLow = 3, velocityHigh = 7;
+        long velocityBurstMs = 5_000;
+        double velocityBurstLow = 1, velocityBurstHigh = 2;
+        int velocityKeep = 32;
+        long ttlMs = 24L * 3600 * 1000;
+
+        void set(String key, String v) {
+            switch (key) {
+                case "ticket_min_history": ticketMinHistory = Integer.parseInt(v); break;
+                case "ticket_ratio_low": ticketRatioLow = Double.parseDouble(v); break;
+                case "ticket_ratio_high": ticketRatioHigh = Double.parseDouble(v); break;
+                case "ticket_history_cap": ticketHistoryCap = Integer.parseInt(v); break;
+                case "proximity_window_ms": proximityWindowMs = Long.parseLong(v); break;
+                case "speed_low_kmh": speedLowKmh = Double.parseDouble(v); break;
+                case "speed_high_kmh": speedHighKmh = Double.parseDouble(v); break;
+                case "min_distance_km": minDistanceKm = Double.parseDouble(v); break;
+                case "min_gap_ms": minGapMs = Long.parseLong(v); break;
+                case "velocity_window_ms": velocityWindowMs = Long.parseLong(v); break;
+                case "velocity_low": velocityLow = Double.parseDouble(v); break;
+                case "velocity_high": velocityHigh = Double.parseDouble(v); break;
+                case "velocity_burst_ms": velocityBurstMs = Long.parseLong(v); break;
+                case "velocity_burst_low": velocityBurstLow = Double.parseDouble(v); break;
+                case "velocity_burst_high": velocityBurstHigh = Double.parseDouble(v); break;
+                case "velocity_keep": velocityKeep = Integer.parseInt(v); break;
+                case "ttl_ms": ttlMs = Long.parseLong(v); break;
+                default: throw new IllegalArgumentException("unknown limit in the seed: " + key);
+            }
+        }
+    }
+
+    /** One card's profile: TicketState, ProximityState and VelocityState of analyzers.py. */
+    static final class Card {
+        boolean hasTicket, hasPlace;
+        long count;
+        double mean, lat, lon;
+        long placeTime;
+        long[] times = new long[0];
+        long lastSeenMs;
+
+        Card copy() {
+            Card c = new Card();
+            c.hasTicket = hasTicket; c.hasPlace = hasPlace; c.count = count; c.mean = mean;
+            c.lat = lat; c.lon = lon; c.placeTime = placeTime; c.times = times; c.lastSeenMs = lastSeenMs;
+            return c;
+        }
+    }
+
+    /** What the driver wrote for one start of the real-time query. */
+    static final class Seed {
+        final String path;
+        String scope = "";
+        long asOf;                                   // when the snapshot's newest batch was applied
+        final Limits limits = new Limits();
+        final Map<Integer, Long> ends = new HashMap<>();     // snapshot covers offsets < end
+        final Map<Integer, Long> holes = new HashMap<>();    // partition -> hole start (ms): see seed.py
+        final Map<Integer, Map<String, Card>> cards = new HashMap<>();
+
+        Seed(String path) { this.path = path; }
+    }
+
+    /** One Kafka partition's live profiles. Only its one real-time task touches it at a time. */
+    static final class Part {
+        String seedPath;
+        long foldFrom;                 // the next offset to fold: records before it are replays
+        long holeFrom = Long.MAX_VALUE;  // the profiles miss transactions from then on (MAX: none)
+        long lastOffset = -1;
+        String lastResult;
+        long folds;
+        final HashMap<String, Card> cards = new HashMap<>();
+    }
+
+    private static final Map<String, Seed> SEEDS = new ConcurrentHashMap<>();
+    private static final Map<String, Part> PARTS = new ConcurrentHashMap<>();
+    private static final int SWEEP_EVERY = 8192;
+
+    /**
+     * Score one transaction against its card's live profile and fold it in (when it is new).
+     *
+     * @return "ticket,proximity,velocity,profileAgeMs": the three scores and how old the newest
+     *     transaction the profile may be missing is (0 when it has folded every earlier one).
+     */
+    public static String decide(String seedPath, String cardId, long amountCents, double lat, double lon,
+                                long eventTime, int partition, long offset, long producedAt) {
+        Seed seed = seed(seedPath);
+        Part part = part(seed, partition);
+        synchronized (part) {
+            // a projection may be evaluated twice for one row: the second call must not fold again
+            if (offset == part.lastOffset && part.lastResult != null) {
+                return part.lastResult;
+            }
+            long now = System.currentTimeMillis();
+            boolean fold = offset >= part.foldFrom;
+            Card stored = part.cards.get(cardId);
+            Card card = stored == null ? new Card() : (fold ? stored : stored.copy());
+            Limits l = seed.limits;
+            double ticket = avgTicket(card, amountCents, l);
+            double place = proximity(card, lat, lon, eventTime, l);
+            double velocity = velocity(card, eventTime, l);
+            if (fold) {
+                card.lastSeenMs = now;
+                if (stored == null) {
+                    part.cards.put(cardId, card);
+                }
+                part.foldFrom = offset + 1;
+                if (++part.folds % SWEEP_EVERY == 0) {
+                    sweep(part, now - l.ttlMs);
+                }
+            }
+            long complete = Math.min(producedAt, part.holeFrom);
+            String out = ticket + "," + place + "," + velocity + "," + Math.max(0L, now - complete);
+            part.lastOffset = offset;
+            part.lastResult = out;
+            return out;
+        }
+    }
+
+    /** Cards held for the partition (for tests and the log). */
+    public static int held(String seedPath, int partition) {
+        Part p = PARTS.get(seed(seedPath).scope + "#" + partition);
+        return p == null ? 0 : p.cards.size();
+    }
+
+    // ------------------------------------------------------------------ the analyzers
+
+    static double ramp(double x, double low, double high) {
+        if (x <= low) return 0.0;
+        if (x >= high) return 1.0;
+        return (x - low) / (high - low);
+    }
+
+    static double avgTicket(Card c, long amountCents, Limits l) {
+        double amount = (double) amountCents;
+        if (!c.hasTicket || c.count == 0) {
+            c.hasTicket = true;
+            c.count = 1;
+            c.mean = amount;
+            return 0.0;
+        }
+        double score = c.count >= l.ticketMinHistory && c.mean > 0
+            ? ramp(amount / c.mean, l.ticketRatioLow, l.ticketRatioHigh) : 0.0;
+        double folded = c.count >= l.ticketMinHistory ? Math.min(amount, c.mean * l.ticketRatioLow) : amount;
+        long weight = Math.min(c.count, l.ticketHistoryCap);
+        c.mean = (c.mean * weight + folded) / (weight + 1);
+        c.count += 1;
+        return score;
+    }
+
+    static double haversineKm(double lat1, double lon1, double lat2, double lon2) {
+        double p1 = Math.toRadians(lat1), p2 = Math.toRadians(lat2);
+        double dp = p2 - p1, dl = Math.toRadians(lon2 - lon1);
+        double a = Math.pow(Math.sin(dp / 2), 2) + Math.cos(p1) * Math.cos(p2) * Math.pow(Math.sin(dl / 2), 2);
+        return 2 * 6371.0088 * Math.asin(Math.min(1.0, Math.sqrt(a)));
+    }
+
+    static double proximity(Card c, double lat, double lon, long eventTime, Limits l) {
+        if (!c.hasPlace) {
+            c.hasPlace = true;
+            c.lat = lat; c.lon = lon; c.placeTime = eventTime;
+            return 0.0;
+        }
+        long gap = eventTime - c.placeTime;
+        double score = 0.0;
+        if (Math.abs(gap) <= l.proximityWindowMs) {
+            double km = haversineKm(c.lat, c.lon, lat, lon);
+            if (km >= l.minDistanceKm) {
+                double hours = Math.max(Math.abs(gap), l.minGapMs) / 3_600_000.0;
+                score = ramp(km / hours, l.speedLowKmh, l.speedHighKmh);
+            }
+        }
+        if (gap >= 0) {
+            c.lat = lat; c.lon = lon; c.placeTime = eventTime;
+        }
+        return score;
+    }
+
+    static double velocity(Card c, long t, Limits l) {
+        long[] times = Arrays.copyOf(c.times, c.times.length + 1);
+        times[c.times.length] = t;
+        Arrays.sort(times);
+        long newest = times[times.length - 1];
+        int inWindow = 0, inBurst = 0, recent = 0;
+        for (long x : times) {
+            if (t - l.velocityWindowMs < x && x <= t) inWindow++;
+            if (t - l.velocityBurstMs < x && x <= t) inBurst++;
+            if (x > newest - l.velocityWindowMs) recent++;
+        }
+        long[] kept = new long[Math.min(recent, l.velocityKeep)];
+        int skip = recent - kept.length, k = 0, seen = 0;
+        for (long x : times) {
+            if (x > newest - l.velocityWindowMs && seen++ >= skip) kept[k++] = x;
+        }
+        c.times = kept;
+        return Math.max(ramp(inWindow, l.velocityLow, l.velocityHigh),
+                        ramp(inBurst, l.velocityBurstLow, l.velocityBurstHigh));
+    }
+
+    // ------------------------------------------------------------------ seeds and partitions
+
+    private static Part part(Seed seed, int partition) {
+        String key = seed.scope + "#" + partition;
+        Part cur = PARTS.get(key);
+        if (cur != null && cur.seedPath.equals(seed.path)) {
+            return cur;
+        }
+        synchronized (PARTS) {
+            cur = PARTS.get(key);
+            if (cur != null && cur.seedPath.equals(seed.path)) {
+                return cur;
+            }
+            Long end = seed.ends.get(partition);
+            if (cur != null && (end == null || cur.foldFrom >= end)) {
+                synchronized (cur) {   // live profiles cover at least the seed: keep them
+                    cur.seedPath = seed.path;
+                }
+                return cur;
+            }
+            Part p = new Part();
+            p.seedPath = seed.path;
+            p.foldFrom = end == null ? 0 : end;
+            Long hole = seed.holes.get(partition);
+            if (hole != null) p.holeFrom = hole;
+            Map<String, Card> cards = seed.cards.get(partition);
+            if (cards != null) {
+                for (Map.Entry<String, Card> e : cards.entrySet()) p.cards.put(e.getKey(), e.getValue().copy());
+            }
+            PARTS.put(key, p);
+            return p;
+        }
+    }
+
+    private static void sweep(Part part, long before) {
+        for (Iterator<Card> it = part.cards.values().iterator(); it.hasNext(); ) {
+            if (it.next().lastSeenMs < before) it.remove();
+        }
+    }
+
+    private static Seed seed(String path) {
+        Seed s = SEEDS.get(path);
+        if (s != null) return s;
+        synchronized (SEEDS) {
+            s = SEEDS.get(path);
+            if (s == null) {
+                try {
+                    s = read(path);
+                } catch (IOException e) {
+                    throw new IllegalStateException("cannot read the real-time path's profile seed " + path + ": " + e, e);
+                }
+                if (SEEDS.size() > 4) SEEDS.clear();   // one per query start; older ones are done with
+                SEEDS.put(path, s);
+            }
+            return s;
+        }
+    }
+
+    /** The seed file: pipelines/fraud/seed.py writes it (one tab-separated line per fact). */
+    static Seed read(String path) throws IOException {
+        Seed s = new Seed(path);
+        Path file = Paths.get(path);
+        try (BufferedReader in = Files.newBufferedReader(file, StandardCharsets.UTF_8)) {
+            String line;
+            boolean ended = false;
+            while ((line = in.readLine()) != null) {
+                String[] f = line.split("\t", -1);
+                switch (f[0]) {
+                    case "scope": s.scope = f[1]; break;
+                    case "as_of": s.asOf = Long.parseLong(f[1]); break;
+                    case "limit": s.limits.set(f[1], f[2]); break;
+                    case "end": s.ends.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
+                    case "hole": s.holes.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
+                    case "card": s.cards.computeIfAbsent(Integer.parseInt(f[1]), k -> new HashMap<>()).put(f[2], card(f)); break;
+                    case "end-of-seed": ended = true; break;
+                    default: throw new IOException("unknown line in the seed: " + f[0]);
+                }
+            }
+            if (!ended) throw new IOException("the seed is incomplete (no end-of-seed line)");
+        }
+        return s;
+    }
+
+    private static Card card(String[] f) {
+        Card c = new Card();
+        if (!f[3].isEmpty()) {
+            c.hasTicket = true;
+            c.count = Long.parseLong(f[3]);
+            c.mean = Double.parseDouble(f[4]);
+        }
+        if (!f[7].isEmpty()) {
+            c.hasPlace = true;
+            c.lat = Double.parseDouble(f[5]);
+            c.lon = Double.parseDouble(f[6]);
+            c.placeTime = Long.parseLong(f[7]);
+        }
+        List<Long> times = new ArrayList<>();
+        for (String t : f[8].split(",")) if (!t.isEmpty()) times.add(Long.parseLong(t));
+        c.times = times.stream().mapToLong(Long::longValue).toArray();
+        c.lastSeenMs = System.currentTimeMillis();
+        return c;
+    }
+}

@@ -1,0 +1,67 @@
+"""The real-time path's seed (pipelines.fraud.seed): where a start reads and folds, and the file
+the JVM reads. Pure: no Kafka, no Spark (the JVM side is tested in tests/spark/test_fraud_sql.py)."""
+from __future__ import annotations
+
+import pytest
+
+from pipelines.fraud import seed
+from pipelines.fraud.analyzers import DEFAULT_LIMITS
+from simulator.partitioner import partitions_for
+
+pytestmark = pytest.mark.unit
+NOW = 1_800_000_000_000
+
+
+def test_without_a_snapshot_both_paths_start_where_the_stateful_one_does():
+    snap = seed.Snapshot()
+    latest = seed.plan(snap, {0: 5, 1: 0}, {0: 100, 1: 40}, "latest", None, 1_000, NOW)
+    assert latest.starts == latest.folds == {0: 100, 1: 40} and latest.holes == {}
+    earliest = seed.plan(snap, {0: 5, 1: 0}, {0: 100, 1: 40}, "earliest", None, 1_000, NOW)
+    assert earliest.starts == earliest.folds == {0: 5, 1: 0} and earliest.holes == {}
+
+
+def test_a_snapshot_is_folded_from_its_end_and_at_least_once_reads_back_to_its_own_commit():
+    snap = seed.Snapshot(as_of=NOW - 5_000, ends={0: 90, 1: 30})
+    most = seed.plan(snap, {0: 0, 1: 0}, {0: 100, 1: 40}, "latest", None, 1_000, NOW)
+    assert most.starts == most.folds == {0: 90, 1: 30}
+    least = seed.plan(snap, {0: 0, 1: 0}, {0: 100, 1: 40}, "latest", {0: 80, 1: 35}, 1_000, NOW)
+    assert least.starts == {0: 80, 1: 30} and least.folds == {0: 90, 1: 30} and least.holes == {}
+
+
+def test_a_replay_longer_than_the_bound_leaves_a_dated_hole():
+    snap = seed.Snapshot(as_of=NOW - 600_000, ends={0: 10, 1: 9_950})
+    p = seed.plan(snap, {0: 0, 1: 0}, {0: 10_000, 1: 10_000}, "latest", {0: 5}, 100, NOW)
+    assert p.starts == {0: 9_900, 1: 9_950} and p.folds == {0: 9_900, 1: 9_950}
+    assert p.holes == {0: NOW - 600_000}
+    # without a snapshot the hole is dated at the start
+    q = seed.plan(seed.Snapshot(), {0: 0}, {0: 10_000}, "earliest", None, 100, NOW)
+    assert q.holes == {0: NOW} and q.folds == {0: 9_900}
+
+
+def test_offsets_outside_the_topic_are_clamped():
+    snap = seed.Snapshot(as_of=NOW, ends={0: 500})  # a snapshot of a longer topic (recreated since)
+    p = seed.plan(snap, {0: 0}, {0: 100}, "latest", None, 1_000, NOW)
+    assert p.starts == p.folds == {0: 100}
+
+
+def test_the_seed_lists_each_card_on_its_kafka_partition_and_ends_with_a_marker():
+    profiles = [("card-1", 3, 2500.0, 48.85, 2.35, NOW - 1_000, f"{NOW - 1_000}"),
+                ("card-2", None, None, None, None, None, ""),
+                ("bad\tid", 1, 1.0, 0.0, 0.0, NOW, "")]
+    snap = seed.Snapshot(as_of=NOW, ends={0: 7}, profiles=profiles)
+    lines = list(seed.seed_lines("tx", snap, seed.Plan({0: 7}, {0: 7}, {}), DEFAULT_LIMITS, 60_000, 4))
+    assert lines[0] == "scope\ttx" and lines[-1] == "end-of-seed"
+    cards = [ln.split("\t") for ln in lines if ln.startswith("card\t")]
+    assert [c[2] for c in cards] == ["card-1", "card-2"]  # an id the file cannot hold is left out
+    want = partitions_for([b"card-1", b"card-2"], 4).tolist()
+    assert [int(c[1]) for c in cards] == want
+    assert cards[0][3:] == ["3", "2500.0", "48.85", "2.35", str(NOW - 1_000), str(NOW - 1_000)]
+    assert cards[1][3:] == ["", "", "", "", "", ""]
+    limits = {ln.split("\t")[1] for ln in lines if ln.startswith("limit\t")}
+    assert {"velocity_window_ms", "ticket_ratio_low", "ttl_ms"} <= limits
+
+
+def test_the_seed_is_written_whole(tmp_path):
+    path = seed.write(tmp_path / "s" / "1.tsv", iter(["scope\tx", "end-of-seed"]))
+    assert path.read_text() == "scope\tx\nend-of-seed\n"
+    assert not list(tmp_path.glob("s/*.tmp"))
