@@ -268,10 +268,6 @@ def main(argv: list[str]) -> dict:
     work.mkdir(parents=True)
     ensure_topics([tx, labels, dec, dlq, marks, rt], s=s)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if args.mode == "realtime":
-        # the real-time query holds one task slot per Kafka partition for its whole batch, next to
-        # the stateful path's tasks: more slots than cores (its tasks mostly wait on Kafka)
-        env.setdefault("SPARK_MASTER", f"local[{2 * s.topics.partitions + 2}]")
     job = sim = None
     clean = False
     try:

@@ -196,9 +196,6 @@ def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: 
            "--checkpoint", str(work / "checkpoint"), "--store", str(work / "store.db"),
            "--starting-offsets", "earliest"]
     cmd += ["--mode", "realtime"] if path == "real-time" else ["--available-now"]
-    if path == "real-time":
-        # one task slot per Kafka partition for the real-time query, beside the stateful path's
-        env.setdefault("SPARK_MASTER", f"local[{2 * s.topics.partitions + 2}]")
     if threshold is not None:
         cmd += ["--threshold", str(threshold)]
     with open(work / "job.log", "w") as job_log:

@@ -285,6 +285,22 @@ def check_layout(folder: Path, buckets: int) -> str | None:
     return None
 
 
+def realtime_conf(s: Settings, o: Options) -> dict:
+    """The session's settings for real-time mode. Its query holds one task slot per Kafka partition
+    for a whole batch, beside the stateful path's tasks, so a local master gets more slots than
+    cores (the real-time tasks mostly wait on Kafka); and the stateful path's Python workers yield
+    the CPU to the real-time tasks (pipelines/engine/niced_daemon.py)."""
+    from infra.kafka_client import end_offsets
+
+    conf = {}
+    if s.spark_master.startswith("local"):
+        partitions = len(end_offsets(o.transactions_topic, s)) or s.topics.partitions
+        conf["spark.master"] = f"local[{2 * partitions + 2}]"
+    if s.realtime_worker_nice:
+        conf["spark.python.daemon.module"] = "pipelines.engine.niced_daemon"
+    return conf
+
+
 def refuse_other_layout(o: Options, s: Settings) -> None:
     """Exit 2 with check_layout's sentence when the checkpoint's state has another layout."""
     refusal = check_layout(o.checkpoint / "decisions", s.fraud_state_buckets)
@@ -312,9 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     db = connect(o.store_path)
     check_bound(db, o)
     refuse_other_layout(o, s)
-    # real-time mode: the stateful path's Python workers yield the CPU to the real-time tasks
-    spark = get_spark("cardstream-fraud", s, **({"spark.python.daemon.module": "pipelines.engine.niced_daemon"}
-                                                if o.mode == "realtime" and s.realtime_worker_nice else {}))
+    spark = get_spark("cardstream-fraud", s, **(realtime_conf(s, o) if o.mode == "realtime" else {}))
     # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
     # availableNow run would never end); an expired card reads as absent at once, and Spark
     # removes expired entries in the next batch with data.

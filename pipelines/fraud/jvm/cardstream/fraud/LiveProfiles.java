@@ -138,8 +138,8 @@ public final class LiveProfiles {
             Card card = stored == null ? new Card() : (fold ? stored : stored.copy());
             Limits l = seed.limits;
             double ticket = avgTicket(card, amountCents, l);
-            double place = proximity(card, lat, lon, eventTime, l);
-            double velocity = velocity(card, eventTime, l);
+            double place = proximity(card, lat, lon, eventTime, l, !fold);
+            double velocity = velocity(card, eventTime, l, !fold);
             if (fold) {
                 card.lastSeenMs = now;
                 if (stored == null) {
@@ -196,7 +196,15 @@ public final class LiveProfiles {
         return 2 * 6371.0088 * Math.asin(Math.min(1.0, Math.sqrt(a)));
     }
 
-    static double proximity(Card c, double lat, double lon, long eventTime, Limits l) {
+    /**
+     * A replay is scored against a profile that already holds it and maybe later transactions of
+     * the card: its place is compared only with a strictly earlier one, and its window counts only
+     * strictly earlier times, so it is not judged against its own future (nor counted twice).
+     */
+    static double proximity(Card c, double lat, double lon, long eventTime, Limits l, boolean replay) {
+        if (replay && c.hasPlace && c.placeTime >= eventTime) {
+            return 0.0;
+        }
         if (!c.hasPlace) {
             c.hasPlace = true;
             c.lat = lat; c.lon = lon; c.placeTime = eventTime;
@@ -217,9 +225,10 @@ public final class LiveProfiles {
         return score;
     }
 
-    static double velocity(Card c, long t, Limits l) {
-        long[] times = Arrays.copyOf(c.times, c.times.length + 1);
-        times[c.times.length] = t;
+    static double velocity(Card c, long t, Limits l, boolean replay) {
+        long[] before = replay ? Arrays.stream(c.times).filter(x -> x < t).toArray() : c.times;
+        long[] times = Arrays.copyOf(before, before.length + 1);
+        times[before.length] = t;
         Arrays.sort(times);
         long newest = times[times.length - 1];
         int inWindow = 0, inBurst = 0, recent = 0;
