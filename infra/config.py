@@ -108,6 +108,8 @@ class Settings:
     kafka_ssl_cafile: str | None = None
     fraud_rt_guarantee: str = "at-least-once"  # the real-time fraud path's (at-most-once: skips)
     fraud_mode: str = "microbatch"            # the fraud job's mode (realtime: both paths)
+    # where the stateful path's per-card scoring runs: "jvm" (CardScoring.java) or "python" (pandas)
+    fraud_processor: str = "jvm"
     # the real-time query's batch (its checkpoint interval: at-least-once replays at most this much)
     realtime_batch_seconds: float = 300.0
     # a real-time start reads back at most this many records per partition (its profiles' seed
@@ -179,6 +181,7 @@ def load(env: dict | None = None) -> Settings:
         realtime_max_replay=_int(env, "REALTIME_MAX_REPLAY", 50_000),
         realtime_worker_nice=_int(env, "REALTIME_WORKER_NICE", 10),
         fraud_mode=env.get("FRAUD_MODE") or "microbatch",
+        fraud_processor=env.get("FRAUD_PROCESSOR") or "jvm",
         fraud_undecided_after_seconds=_float(env, "FRAUD_UNDECIDED_AFTER_SECONDS", 15.0),
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
         spark_master=env.get("SPARK_MASTER", "local[*]"),

@@ -38,10 +38,11 @@ from pipelines.engine.poison import Streaks
 from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import warm_up
 from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
+from pipelines.fraud.analyzers import DEFAULT_LIMITS
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks
-from pipelines.fraud.state import SCORED_DDL, STATE_LAYOUT
+from pipelines.fraud.state import SCORED_DDL, STATE_LAYOUTS
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -110,6 +111,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
         p.error(f"FRAUD_MODE must be microbatch or realtime, not {a.mode!r}")
     if a.guarantee not in REALTIME_GUARANTEES:
         p.error(f"FRAUD_RT_GUARANTEE must be one of {', '.join(REALTIME_GUARANTEES)}, not {a.guarantee!r}")
+    if s.fraud_processor not in STATE_LAYOUTS:
+        p.error(f"FRAUD_PROCESSOR must be one of {', '.join(STATE_LAYOUTS)}, not {s.fraud_processor!r}")
     if a.available_now and a.mode == "realtime":
         p.error("--available-now works in micro-batch mode only")
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
@@ -147,12 +150,31 @@ def score(source, s: Settings):
              .withWatermark("event_ts", f"{s.watermark_seconds} seconds")
              .select("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
                      "produced_at", "offset"))
-    scored = (valid.withColumn("bucket", F.pmod(F.xxhash64("card_id"), F.lit(s.fraud_state_buckets)))
-              .groupBy("bucket")
-              .transformWithStateInPandas(make_processor(s.state_ttl_minutes * 60_000),
-                                          outputStructType=SCORED_DDL, outputMode="Append",
-                                          timeMode="ProcessingTime"))
-    return scored, bad
+    return per_card(valid, s), bad
+
+
+def per_card(valid, s: Settings):
+    """Valid transactions (with their watermark) -> SCORED_FIELDS, scored card by card in event
+    order with the card's profile kept in Spark's state: in the JVM (`CardScoring.java`, the
+    default) or in a pandas processor (FRAUD_PROCESSOR=python; slower, see the README)."""
+    from pyspark.sql import functions as F
+
+    ttl_ms = s.state_ttl_minutes * 60_000
+    if s.fraud_processor == "jvm":
+        from dataclasses import asdict
+
+        from pyspark.sql import DataFrame
+
+        limits = "\t".join(f"{k}={v}" for k, v in asdict(DEFAULT_LIMITS).items())
+        jvm = valid.sparkSession._jvm
+        scored = DataFrame(jvm.cardstream.fraud.CardScoring.score(valid._jdf, SCORED_DDL, limits, ttl_ms),
+                           valid.sparkSession)
+    else:
+        scored = (valid.withColumn("bucket", F.pmod(F.xxhash64("card_id"), F.lit(s.fraud_state_buckets)))
+                  .groupBy("bucket")
+                  .transformWithStateInPandas(make_processor(ttl_ms), outputStructType=SCORED_DDL,
+                                              outputMode="Append", timeMode="ProcessingTime"))
+    return scored
 
 
 def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> None:
@@ -260,27 +282,33 @@ def check_bound(db, o: Options) -> None:
             sys.exit(EXIT_REFUSED)
 
 
-def check_layout(folder: Path, buckets: int) -> str | None:
-    """Refuse a checkpoint whose state another layout wrote: another card-bucket count (each card's
-    profile lives under its bucket's key, so every card would be looked up in the wrong bucket and
-    start afresh), or the older state of one JSON value per bucket (Spark would fail the query on
-    its state schema at every restart). Returns the refusal's sentence, or None after recording
-    the layout beside the checkpoint (`decisions-layout.json`)."""
+def check_layout(folder: Path, buckets: int, processor: str = "jvm") -> str | None:
+    """Refuse a checkpoint whose state another layout wrote: the other processor's state
+    (FRAUD_PROCESSOR: a value per card, or the pandas processor's map entry per card under a
+    bucket key; Spark would fail the query on its state schema at every restart), another
+    card-bucket count for the pandas one (every card would be looked up in the wrong bucket and
+    start afresh), or the older state of one JSON value per bucket. Returns the refusal's sentence,
+    or None after recording the layout beside the checkpoint (`decisions-layout.json`)."""
+    layout = STATE_LAYOUTS[processor]
     record = folder.parent / f"{folder.name}-layout.json"
     offsets = folder / "offsets"
     if offsets.is_dir() and any(offsets.iterdir()):
         recorded = json.loads(record.read_text()) if record.exists() else {}
-        if recorded.get("state") != STATE_LAYOUT:
+        if recorded.get("state") not in STATE_LAYOUTS.values():
             return (f"the fraud checkpoint {folder} holds the older state of one JSON value per card bucket, "
-                    f"which this version reads as a map entry per card: run `make clean` to start the state afresh")
-        if recorded.get("fraud_state_buckets") != buckets:
+                    f"which this version cannot read: run `make clean` to start the state afresh")
+        if recorded["state"] != layout:
+            other = next(k for k, v in STATE_LAYOUTS.items() if v == recorded["state"])
+            return (f"the fraud checkpoint {folder} holds the state of FRAUD_PROCESSOR={other}, not {processor}: "
+                    f"set FRAUD_PROCESSOR={other}, or run `make clean` to start the state afresh")
+        if processor == "python" and recorded.get("fraud_state_buckets") != buckets:
             return (f"the fraud checkpoint {folder} keeps its cards in FRAUD_STATE_BUCKETS="
                     f"{recorded.get('fraud_state_buckets')} buckets, not {buckets}: set FRAUD_STATE_BUCKETS="
                     f"{recorded.get('fraud_state_buckets')}, or run `make clean` to start the state afresh")
         return None
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fraud_state_buckets": buckets, "state": STATE_LAYOUT}))
+    tmp.write_text(json.dumps({"fraud_state_buckets": buckets, "state": layout}))
     os.replace(tmp, record)  # never half a file, even on a crash
     return None
 
@@ -303,7 +331,7 @@ def realtime_conf(s: Settings, o: Options) -> dict:
 
 def refuse_other_layout(o: Options, s: Settings) -> None:
     """Exit 2 with check_layout's sentence when the checkpoint's state has another layout."""
-    refusal = check_layout(o.checkpoint / "decisions", s.fraud_state_buckets)
+    refusal = check_layout(o.checkpoint / "decisions", s.fraud_state_buckets, s.fraud_processor)
     if refusal:
         log.error("%s", refusal)
         sys.exit(EXIT_REFUSED)

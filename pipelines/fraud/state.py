@@ -29,8 +29,10 @@ TXN_COLUMNS = ("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon",
 PROFILE_DDL = ("count long, mean double, lat double, lon double, place_time long, times string, "
                "last_seen long")
 CARD_KEY_DDL = "card_id string"  # the map state's key under the bucket: one entry per card
-# what the state of a checkpoint holds, recorded beside it (pipelines.fraud.job.check_layout)
-STATE_LAYOUT = "card-map"
+# what the state of a checkpoint holds, per processor (FRAUD_PROCESSOR), recorded beside it
+# (pipelines.fraud.job.check_layout): the pandas processor's map entry per card under its bucket,
+# or the JVM processor's value per card (keyed by card)
+STATE_LAYOUTS = {"python": "card-map", "jvm": "card-value"}
 
 def profile_to_row(p) -> tuple:
     """CardProfile -> the map state's value tuple (PROFILE_DDL); None fields stay None."""

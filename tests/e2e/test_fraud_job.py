@@ -116,13 +116,13 @@ def test_patterns_dead_letters_late_and_profiles_across_a_restart(kafka, topic, 
     assert oversized["raw_truncated"] and oversized["raw_bytes"] == len(huge) and len(oversized["raw"]) < len(huge)
     assert sum(r["count"] for r in job.rows("SELECT * FROM dead_letters")) == 5
 
-    # Another card-bucket count on this checkpoint would look every card up in the wrong bucket:
-    # refused in one sentence, before any Spark starts, and the checkpoint is left as it was
+    # The other processor's state on this checkpoint would fail Spark's state schema check at every
+    # restart: refused in one sentence, before any Spark starts, and the checkpoint is left as it was
     refused = subprocess.run([sys.executable, "-m", "pipelines.fraud", *job.args, "--available-now"], cwd=ROOT,
-                             env={**job.env, "FRAUD_STATE_BUCKETS": "32"}, capture_output=True, text=True,
+                             env={**job.env, "FRAUD_PROCESSOR": "python"}, capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
-    assert "FRAUD_STATE_BUCKETS=64" in refused.stdout + refused.stderr
+    assert "FRAUD_PROCESSOR=jvm" in refused.stdout + refused.stderr
 
     # Second run on the same checkpoint: the profiles built above must still be there.
     t1 = t0 + 40 * MINUTE

@@ -157,3 +157,58 @@ def test_aggregator_sql_matches_python(spark):
     for row in df.select("*", score.alias("score"), is_fraud.alias("is_fraud")).collect():
         want, flag = aggregate({n: row[f"score_{n}"] for n in ANALYZERS}, 0.7)
         assert row["score"] == pytest.approx(want) and row["is_fraud"] == flag
+
+
+@pytest.mark.parametrize("processor", ["jvm", "python"])
+def test_the_stateful_processor_scores_as_the_python_analyzers(spark, settings, tmp_path, processor):
+    """The stateful path's per-card scoring (CardScoring.java by default, the pandas processor with
+    FRAUD_PROCESSOR=python) agrees with pipelines.fraud.analyzers, the profiles carried from one
+    micro-batch to the next in Spark's state; its p_* columns are the profile after each row."""
+    from dataclasses import replace
+
+    from pyspark.sql import functions as F
+
+    from pipelines.fraud.job import per_card
+
+    s = replace(settings, fraud_processor=processor)
+    rows = stream()
+    cols = ("txn_id string, card_id string, merchant_id string, amount_cents long, lat double, lon double, "
+            "event_time long, produced_at long, offset long")
+    as_txn = [(f"t{r[6]}", r[0], "m", r[1], r[2], r[3], r[4], r[7], r[6]) for r in rows]
+    half = len(as_txn) // 2
+    source = tmp_path / "in"
+    got = {}
+
+    def run():
+        valid = (spark.readStream.schema(cols).parquet(str(source))
+                 .withColumn("event_ts", F.timestamp_millis("event_time"))
+                 .withWatermark("event_ts", "3600 seconds").drop("event_ts"))
+        q = (per_card(valid, s).writeStream.option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .foreachBatch(lambda df, _: got.update({r["txn_id"]: r for r in df.collect()}))
+             .trigger(availableNow=True).start())
+        finished = q.awaitTermination(180)
+        if not finished:
+            q.stop()
+        assert finished and q.exception() is None
+
+    # as the job sets it: with TTL'd state Spark would otherwise ask for an empty batch every
+    # trigger, and an availableNow run would never end
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    spark.createDataFrame(as_txn[:half], cols).write.mode("append").parquet(str(source))
+    run()
+    spark.createDataFrame(as_txn[half:], cols).write.mode("append").parquet(str(source))
+    run()  # the second half in another batch: the state carries the first half's profiles
+    # a micro-batch takes each card's rows in event-time order (then offset): so does the reference
+    in_batches = [r for part in (rows[:half], rows[half:]) for r in sorted(part, key=lambda r: (r[4], r[6]))]
+    want, profiles = python_scores(in_batches)
+    assert len(got) == len(rows)
+    for offset, scores in want.items():
+        r = got[f"t{offset}"]
+        assert [r[f"score_{n}"] for n in ANALYZERS] == pytest.approx(scores, abs=1e-9), offset
+    last = {}
+    for r in sorted(got.values(), key=lambda r: (r["card_id"], r["event_time"])):
+        last[r["card_id"]] = r
+    for card, p in profiles.items():
+        row = profile_to_row(p)
+        assert (last[card]["p_count"], last[card]["p_times"]) == (row[0], row[5]), card
+        assert last[card]["p_mean"] == pytest.approx(row[1])

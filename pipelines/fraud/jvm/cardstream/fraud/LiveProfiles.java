@@ -34,7 +34,7 @@ public final class LiveProfiles {
     private LiveProfiles() {}
 
     /** Where each analyzer's score ramps from 0 to 1: pipelines.fraud.analyzers.Limits. */
-    static final class Limits {
+    static final class Limits implements java.io.Serializable {
         int ticketMinHistory = 3;
         double ticketRatioLow = 2.5, ticketRatioHigh = 6.0;
         int ticketHistoryCap = 50;
