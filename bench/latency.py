@@ -251,6 +251,9 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--drain-seconds", type=float, default=120.0,
                    help="how long the job may take, after the simulator stops, to decide the rest")
+    p.add_argument("--simulator-linger-ms", type=int, default=0,
+                   help="the simulator producer's linger (latency is counted from the broker's append, "
+                        "so this only changes how many requests the broker serves)")
     p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
     args = p.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
@@ -292,7 +295,7 @@ def main(argv: list[str]) -> dict:
         sim = subprocess.Popen(
             [sys.executable, "-m", "simulator", "--rate", str(args.rate), "--count", str(total),
              "--seed", str(args.seed), "--topic", tx, "--labels-topic", labels, "--no-control",
-             "--linger-ms", "0", "--progress-seconds", "0"],
+             "--linger-ms", str(args.simulator_linger_ms), "--progress-seconds", "0"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         since_ms = int((t_start + args.warmup) * 1000)
         out, err = sim.communicate(timeout=args.warmup + args.seconds + 300)

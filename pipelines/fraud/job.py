@@ -179,8 +179,8 @@ def per_card(valid, s: Settings):
 
 def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> None:
     """A standby's dress rehearsal of its first batch, so a takeover finds it all started: the
-    decisions plan (parse, the stateful pandas operator with its Python workers, state server and
-    RocksDB store, the foreachBatch callback) run to completion once over a few transactions from
+    decisions plan (parse, the stateful operator — the JVM processor, or the pandas one with its
+    Python workers and state server — and its RocksDB store, the foreachBatch callback) run to completion once over a few transactions from
     a scratch folder, with a scratch checkpoint; nothing of it reaches Kafka or the store. It is
     stopped at once when `cancel()` says so (a promotion must not wait for a warm-up)."""
     import tempfile
