@@ -108,39 +108,38 @@ def quality(decisions: list[dict], labels: list[dict]) -> dict:
             "recall": round(tp / (tp + fn), 4) if tp + fn else None}
 
 
-def profile_age_p99(decisions: list[dict], tx_appended: dict[str, int], expected: set[str],
-                    since_ms: int) -> float | None:
-    """p99 of `profile_age_ms` over the measured transactions' first real-time decisions: how old
-    the newest transaction a decision's card profile may have been missing was."""
-    seen, ages = set(), []
-    for d in decisions:
+def first_measured(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
+                   since_ms: int):
+    """(decision, its append time) of each measured transaction's first decision, in topic order."""
+    seen = set()
+    for d, appended_at in records:
         t = str(d.get("txn_id"))
         if t in seen or t not in expected or tx_appended.get(t, -1) < since_ms:
             continue
         seen.add(t)
+        yield d, appended_at
+
+
+def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
+                     since_ms: int) -> dict:
+    """Over the measured transactions' first real-time decisions: `profile_age_p99_ms`, the p99 of
+    their `profile_age_ms` (how old the newest transaction a decision's card profile may have been
+    missing was), and `split_ms`, where a decision's time goes, p50 / p99: `read_and_score` =
+    decided_at (the JVM's clock in the scoring projection) - the transaction's append time; `write`
+    = the decision's append time - decided_at. One machine, so the two clocks are one."""
+    ages, read, write = [], [], []
+    for d, appended_at in first_measured(records, tx_appended, expected, since_ms):
         if isinstance(d.get("profile_age_ms"), int):
             ages.append(d["profile_age_ms"])
-    return percentile(sorted(ages), 99)
-
-
-def realtime_split(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
-                   since_ms: int) -> dict:
-    """Where a real-time decision's time goes, p50 / p99 over the measured first decisions:
-    `read_and_score` = decided_at (the JVM's clock in the scoring projection) - the transaction's
-    append time; `write` = the decision's append time - decided_at. One machine, so the two clocks
-    are one."""
-    seen, read, write = set(), [], []
-    for d, appended_at in records:
-        t = str(d.get("txn_id"))
-        if t in seen or t not in expected or tx_appended.get(t, -1) < since_ms or not isinstance(d.get("decided_at"), int):
-            continue
-        seen.add(t)
-        read.append(d["decided_at"] - tx_appended[t])
-        write.append(appended_at - d["decided_at"])
+        if isinstance(d.get("decided_at"), int):
+            read.append(d["decided_at"] - tx_appended[str(d["txn_id"])])
+            write.append(appended_at - d["decided_at"])
+    ages.sort()
     read.sort()
     write.sort()
-    return {"read_and_score_p50": percentile(read, 50), "read_and_score_p99": percentile(read, 99),
-            "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}
+    return {"profile_age_p99_ms": percentile(ages, 99),
+            "split_ms": {"read_and_score_p50": percentile(read, 50), "read_and_score_p99": percentile(read, 99),
+                         "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}}
 
 
 def read_records(s, topic: str, idle_ms: int = 3_000) -> list[tuple[dict | None, int, int]]:
@@ -340,9 +339,7 @@ def main(argv: list[str]) -> dict:
         if args.mode == "microbatch":
             result["stages_ms"] = stage_medians(work / "store.db", since_ms)
         else:
-            result["profile_age_p99_ms"] = profile_age_p99(decisions, tx_appended, expected, since_ms)
-            result["split_ms"] = realtime_split([(v, ts) for v, ts, _ in out_records], tx_appended, expected,
-                                                since_ms)
+            result.update(realtime_figures([(v, ts) for v, ts, _ in out_records], tx_appended, expected, since_ms))
         failure = None
         if figures["undecided"]:
             failure = (f"bench latency: {figures['undecided']} of {len(expected)} transactions were still "

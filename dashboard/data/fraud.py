@@ -92,7 +92,7 @@ def paths_totals(series: pd.DataFrame) -> dict:
                      "filled": int(settled["filled"].fillna(0).sum()),
                      "p99_ms": _value(timed["p99_ms"].iloc[-1]) if not timed.empty else None}
         for key in ("alerts", "confirmed"):
-            known = part[key].dropna() if key in part else part.iloc[0:0]
+            known = part[key].dropna()
             out[path][key] = int(known.sum()) if not known.empty else None
     return out
 

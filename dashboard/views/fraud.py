@@ -82,8 +82,8 @@ def paths(db, now):
         cols[3 * i + 2].metric(f"{path.capitalize()}: p99", fmt.duration_ms(t["p99_ms"]) if t else fmt.NONE,
                                border=True, help="Latency p99 of the newest settled 5 s of arrivals: the decision's "
                                                  "Kafka append time minus the transaction's.")
-    st.markdown(text.confirmed_alerts((totals.get("real-time") or {}).get("alerts"),
-                                      (totals.get("real-time") or {}).get("confirmed")))
+    fast = totals.get("real-time") or {}
+    st.markdown(text.confirmed_alerts(fast.get("alerts"), fast.get("confirmed")))
     if series.empty:
         ui.no_data("the auditor has not compared the paths yet.")
         return

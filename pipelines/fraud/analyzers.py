@@ -11,7 +11,7 @@ A transaction is any mapping with `amount_cents`, `lat`, `lon` and `event_time` 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Mapping, NamedTuple
 
 
@@ -46,6 +46,11 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+def limits_text(limits: Limits) -> str:
+    """The limits as the JVM analyzers read them (LiveProfiles.Limits.parse): tab-separated key=value."""
+    return "\t".join(f"{k}={v}" for k, v in asdict(limits).items())
 
 
 def ramp(x: float, low: float, high: float) -> float:

@@ -38,7 +38,7 @@ from pipelines.engine.poison import Streaks
 from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import warm_up
 from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
-from pipelines.fraud.analyzers import DEFAULT_LIMITS
+from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks
@@ -161,14 +161,11 @@ def per_card(valid, s: Settings):
 
     ttl_ms = s.state_ttl_minutes * 60_000
     if s.fraud_processor == "jvm":
-        from dataclasses import asdict
-
         from pyspark.sql import DataFrame
 
-        limits = "\t".join(f"{k}={v}" for k, v in asdict(DEFAULT_LIMITS).items())
         jvm = valid.sparkSession._jvm
-        scored = DataFrame(jvm.cardstream.fraud.CardScoring.score(valid._jdf, SCORED_DDL, limits, ttl_ms),
-                           valid.sparkSession)
+        scored = DataFrame(jvm.cardstream.fraud.CardScoring.score(valid._jdf, SCORED_DDL, limits_text(DEFAULT_LIMITS),
+                                                                  ttl_ms), valid.sparkSession)
     else:
         scored = (valid.withColumn("bucket", F.pmod(F.xxhash64("card_id"), F.lit(s.fraud_state_buckets)))
                   .groupBy("bucket")

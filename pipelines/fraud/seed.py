@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipelines.fraud.analyzers import Limits
+from pipelines.fraud.analyzers import Limits, limits_text
 
 PROFILE_COLUMNS = ("card_id", "count", "mean", "lat", "lon", "place_time", "times")
 
@@ -89,10 +89,7 @@ def partition_of(card_ids: list[str], partitions: int) -> list[int]:
 def seed_lines(scope: str, snapshot: Snapshot, p: Plan, limits: Limits, ttl_ms: int, partitions: int):
     """The seed file's lines (LiveProfiles.read): tab-separated, `end-of-seed` last."""
     yield f"scope\t{scope}"
-    yield f"as_of\t{snapshot.as_of or 0}"
-    for key, value in asdict(limits).items():
-        yield f"limit\t{key}\t{value}"
-    yield f"limit\tttl_ms\t{int(ttl_ms)}"
+    yield f"limits\t{limits_text(limits)}\tttl_ms={int(ttl_ms)}"
     for part, offset in sorted(p.folds.items()):
         yield f"end\t{part}\t{offset}"
     for part, ms in sorted(p.holes.items()):

@@ -92,3 +92,17 @@ def test_quality_counts_precision_and_recall_against_labels():
                  {"txn_id": "3", "is_fraud": True}]
     q = quality(decisions, labels)
     assert q["precision"] == 0.5 and q["recall"] == 0.5 and q["labelled"] == 3
+
+
+def test_realtime_figures_use_each_measured_transaction_s_first_decision():
+    from bench.latency import realtime_figures
+
+    appended = {"a": 1_000, "b": 2_000, "warm": 10}
+    records = [({"txn_id": "warm", "decided_at": 20, "profile_age_ms": 9_999}, 30),       # before since
+               ({"txn_id": "a", "decided_at": 1_004, "profile_age_ms": 4}, 1_006),
+               ({"txn_id": "a", "decided_at": 5_000, "profile_age_ms": 4_000}, 5_010),    # a resend
+               ({"txn_id": "b", "decided_at": 2_030, "profile_age_ms": 30}, 2_031),
+               ({"txn_id": "stranger", "decided_at": 1, "profile_age_ms": 1}, 2)]         # not expected
+    got = realtime_figures(records, appended, {"a", "b", "warm"}, since_ms=500)
+    assert got["profile_age_p99_ms"] == 30
+    assert got["split_ms"] == {"read_and_score_p50": 4, "read_and_score_p99": 30, "write_p50": 1, "write_p99": 2}

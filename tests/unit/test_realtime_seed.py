@@ -57,8 +57,10 @@ def test_the_seed_lists_each_card_on_its_kafka_partition_and_ends_with_a_marker(
     assert [int(c[1]) for c in cards] == want
     assert cards[0][3:] == ["3", "2500.0", "48.85", "2.35", str(NOW - 1_000), str(NOW - 1_000)]
     assert cards[1][3:] == ["", "", "", "", "", ""]
-    limits = {ln.split("\t")[1] for ln in lines if ln.startswith("limit\t")}
-    assert {"velocity_window_ms", "ticket_ratio_low", "ttl_ms"} <= limits
+    (limits,) = [ln for ln in lines if ln.startswith("limits\t")]
+    pairs = dict(p.split("=") for p in limits.split("\t")[1:])
+    assert pairs["ttl_ms"] == "60000" and pairs["velocity_window_ms"] == "60000"
+    assert set(pairs) == {*DEFAULT_LIMITS.__dataclass_fields__, "ttl_ms"}
 
 
 def test_the_seed_is_written_whole(tmp_path):

@@ -43,16 +43,11 @@ public final class CardScoring {
      * offset; with its watermark) per card.
      *
      * @param scoredDdl the output schema (SCORED_DDL), so Python stays the one place that names it
-     * @param limits tab-separated "key=value" pairs of pipelines.fraud.analyzers.Limits
+     * @param limits pipelines.fraud.analyzers.limits_text(Limits)
      */
     public static Dataset<Row> score(Dataset<Row> valid, String scoredDdl, String limits, long ttlMs) {
         StructType out = StructType.fromDDL(scoredDdl);
-        LiveProfiles.Limits l = new LiveProfiles.Limits();
-        for (String pair : limits.split("\t")) {
-            if (pair.isEmpty()) continue;
-            int eq = pair.indexOf('=');
-            l.set(pair.substring(0, eq), pair.substring(eq + 1));
-        }
+        LiveProfiles.Limits l = LiveProfiles.Limits.parse(limits);
         int card = valid.schema().fieldIndex("card_id");
         return valid
             .groupByKey((MapFunction<Row, String>) r -> r.getString(card), Encoders.STRING())
@@ -108,12 +103,7 @@ public final class CardScoring {
         }
 
         static String times(LiveProfiles.Card c) {
-            StringBuilder b = new StringBuilder();
-            for (int i = 0; i < c.times.length; i++) {
-                if (i > 0) b.append(',');
-                b.append(c.times[i]);
-            }
-            return b.toString();
+            return LiveProfiles.timesText(c.times);
         }
 
         static Row toRow(LiveProfiles.Card c, long now) {
@@ -135,9 +125,7 @@ public final class CardScoring {
                 c.lon = r.getDouble(3);
                 c.placeTime = r.getLong(4);
             }
-            String times = r.isNullAt(5) ? "" : r.getString(5);
-            c.times = times.isEmpty() ? new long[0]
-                : java.util.Arrays.stream(times.split(",")).mapToLong(Long::parseLong).toArray();
+            c.times = LiveProfiles.parseTimes(r.isNullAt(5) ? "" : r.getString(5));
             return c;
         }
     }

@@ -6,11 +6,9 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
-import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Iterator;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
@@ -47,6 +45,17 @@ public final class LiveProfiles {
         double velocityBurstLow = 1, velocityBurstHigh = 2;
         int velocityKeep = 32;
         long ttlMs = 24L * 3600 * 1000;
+
+        /** Tab-separated key=value pairs (pipelines.fraud.analyzers.limits_text). */
+        static Limits parse(String pairs) {
+            Limits l = new Limits();
+            for (String pair : pairs.split("\t")) {
+                if (pair.isEmpty()) continue;
+                int eq = pair.indexOf('=');
+                l.set(pair.substring(0, eq), pair.substring(eq + 1));
+            }
+            return l;
+        }
 
         void set(String key, String v) {
             switch (key) {
@@ -93,8 +102,7 @@ public final class LiveProfiles {
     static final class Seed {
         final String path;
         String scope = "";
-        long asOf;                                   // when the snapshot's newest batch was applied
-        final Limits limits = new Limits();
+        Limits limits = new Limits();
         final Map<Integer, Long> ends = new HashMap<>();     // snapshot covers offsets < end
         final Map<Integer, Long> holes = new HashMap<>();    // partition -> hole start (ms): see seed.py
         final Map<Integer, Map<String, Card>> cards = new HashMap<>();
@@ -156,12 +164,6 @@ public final class LiveProfiles {
             part.lastResult = out;
             return out;
         }
-    }
-
-    /** Cards held for the partition (for tests and the log). */
-    public static int held(String seedPath, int partition) {
-        Part p = PARTS.get(seed(seedPath).scope + "#" + partition);
-        return p == null ? 0 : p.cards.size();
     }
 
     // ------------------------------------------------------------------ the analyzers
@@ -247,6 +249,21 @@ public final class LiveProfiles {
                         ramp(inBurst, l.velocityBurstLow, l.velocityBurstHigh));
     }
 
+    /** A profile's recent event times as pipelines.fraud.state writes them: "t1,t2,..." ("" none). */
+    static long[] parseTimes(String text) {
+        return text == null || text.isEmpty() ? new long[0]
+            : Arrays.stream(text.split(",")).mapToLong(Long::parseLong).toArray();
+    }
+
+    static String timesText(long[] times) {
+        StringBuilder b = new StringBuilder();
+        for (int i = 0; i < times.length; i++) {
+            if (i > 0) b.append(',');
+            b.append(times[i]);
+        }
+        return b.toString();
+    }
+
     // ------------------------------------------------------------------ seeds and partitions
 
     private static Part part(Seed seed, int partition) {
@@ -316,8 +333,7 @@ public final class LiveProfiles {
                 String[] f = line.split("\t", -1);
                 switch (f[0]) {
                     case "scope": s.scope = f[1]; break;
-                    case "as_of": s.asOf = Long.parseLong(f[1]); break;
-                    case "limit": s.limits.set(f[1], f[2]); break;
+                    case "limits": s.limits = Limits.parse(line.substring("limits\t".length())); break;
                     case "end": s.ends.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
                     case "hole": s.holes.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
                     case "card": s.cards.computeIfAbsent(Integer.parseInt(f[1]), k -> new HashMap<>()).put(f[2], card(f)); break;
@@ -343,9 +359,7 @@ public final class LiveProfiles {
             c.lon = Double.parseDouble(f[6]);
             c.placeTime = Long.parseLong(f[7]);
         }
-        List<Long> times = new ArrayList<>();
-        for (String t : f[8].split(",")) if (!t.isEmpty()) times.add(Long.parseLong(t));
-        c.times = times.stream().mapToLong(Long::longValue).toArray();
+        c.times = parseTimes(f[8]);
         c.lastSeenMs = System.currentTimeMillis();
         return c;
     }
