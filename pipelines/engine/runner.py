@@ -6,6 +6,10 @@ restarting it. Repeated failures of one query hand over to the supervisor (exit 
 the queries named `retry_forever` (the fraud job's dead letters: they must never stop decisions),
 which are retried with the capped back-off for as long as it takes.
 
+Queries named `deferred` start only once the first query has finished a batch (or after
+`defer_max_s`): on two cores, a takeover's first batch of the decisions query otherwise shares
+the CPU with the dead-letter query's first batch, and the recovery is the decisions' batch.
+
 Every failure is recorded in the store (`query_failures`: the batch, its Kafka range, the error).
 With a `Poison` policy, the poison-batch rule (`pipelines.engine.poison`) applies: the Nth
 identical failure of a batch calls the job's quarantine for that query, which dead-letters the
@@ -55,12 +59,18 @@ def _backoff(forever: bool = False) -> Backoff:
 class QueryRunner:
     def __init__(self, job: str, db, epoch: int, starters: dict, stopping: threading.Event,
                  backoff: Callable[[], Backoff] | None = None, finished=lambda queries: False,
-                 poison: Poison | None = None, retry_forever: tuple[str, ...] = ()):
-        """`starters`: {query name: start(restart: bool) -> StreamingQuery}. `finished`: whether the
-        job is done (an availableNow run whose queries all ended). `backoff`: makes each query's
-        own back-off (default: 2 s doubled up to 30 s, give up after 5 failures in 5 minutes)."""
+                 poison: Poison | None = None, retry_forever: tuple[str, ...] = (),
+                 deferred: tuple[str, ...] = (), defer_max_s: float = 30.0):
+        """`starters`: {query name: start(restart: bool) -> StreamingQuery}, the first one the job's
+        main query. `finished`: whether the job is done (an availableNow run whose queries all
+        ended). `backoff`: makes each query's own back-off (default: 2 s doubled up to 30 s, give
+        up after 5 failures in 5 minutes). `deferred`: queries started after the first one's first
+        batch (not for availableNow runs: `finished` sees only started queries)."""
         self.job, self.db, self.epoch = job, db, epoch
         self.starters, self.stopping, self.finished = starters, stopping, finished
+        self.deferred = [name for name in starters if name in deferred]
+        self.defer_until = 0.0
+        self.defer_max_s = defer_max_s
         self.poison = poison
         self.backoffs = {name: _backoff(forever=True) if name in retry_forever else (backoff or _backoff)()
                          for name in starters}
@@ -68,11 +78,29 @@ class QueryRunner:
 
     def start(self) -> None:
         for name, start in self.starters.items():
-            self.queries[name] = start(restart=False)
+            if name not in self.deferred:
+                self.queries[name] = start(restart=False)
+        self.defer_until = time.monotonic() + self.defer_max_s
+
+    def start_deferred(self) -> None:
+        """Start the deferred queries once the main query has finished a batch (or waited long enough)."""
+        if not self.deferred:
+            return
+        main = next(iter(self.queries.values()), None)
+        try:
+            ready = main is None or main.lastProgress is not None or not main.isActive
+        except Exception:  # noqa: BLE001 - the query is gone: do not hold the others back
+            ready = True
+        if ready or time.monotonic() >= self.defer_until:
+            for name in self.deferred:
+                log.info("starting %s after the first batch of the main query", name)
+                self.queries[name] = self.starters[name](restart=False)
+            self.deferred = []
 
     def watch(self) -> int:
         """Until stopped: restart failed queries; the exit code the job should end with."""
         while not self.stopping.wait(0.5):
+            self.start_deferred()
             if self.finished(list(self.queries.values())):
                 return 0
             for name, query in list(self.queries.items()):

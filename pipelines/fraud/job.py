@@ -417,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     runner = QueryRunner(JOB, db, epoch, start, stop,
                          finished=lambda qs: o.available_now and all(
                              not q.isActive and q.exception() is None for q in qs),
-                         poison=poison, retry_forever=(f"{JOB}-dlq",))
+                         poison=poison, retry_forever=(f"{JOB}-dlq",),
+                         deferred=() if o.available_now else (f"{JOB}-dlq",))
     runner.start()
     faults.start()
     log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)
