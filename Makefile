@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 TEST_RUN_DIR := $(CURDIR)/.run/test
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup jars browser kafka-up kafka-down test test-fast demo bench clean
+.PHONY: setup jars browser kafka-up kafka-down cluster-up cluster-down test test-fast demo bench clean
 
 setup: $(VENV)/.installed jars
 
@@ -29,14 +29,24 @@ kafka-up: setup
 kafka-down:
 	@if [ -x $(PY) ]; then $(PY) -m infra.broker down; else echo "nothing to stop: run make setup first."; fi
 
+# The local cluster: Kafka brokers, a Spark standalone master and its workers, all on 127.0.0.1
+# (infra/cluster.py). `make demo CLUSTER=1` starts it too and runs the jobs on it.
+cluster-up cluster-down: export CLUSTER := 1
+
+cluster-up: setup
+	@$(PY) -m infra.cluster up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) -m infra.cluster down; else echo "nothing to stop: run make setup first."; fi
+
 # The test session starts its own broker (port 19092, data under .run/test) and stops it. The
-# last lines make sure nothing of the run is left: the broker is stopped even when pytest itself
-# was killed, and any other process of the run (a Spark JVM, a job, Streamlit, Chromium) is named
-# and stopped, which fails the run.
+# last lines make sure nothing of the run is left: the broker and the cluster tier's Spark master
+# and workers are stopped even when pytest itself was killed, and any other process of the run (a
+# Spark JVM, a job, Streamlit, Chromium) is named and stopped, which fails the run.
 test: setup browser
 	@rm -rf $(TEST_RUN_DIR)
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.broker down >/dev/null; \
+	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.cluster down >/dev/null; \
 	  $(PY) -m infra.leftovers --marker=$(TEST_RUN_DIR) --kill || rc=1; exit $$rc
 
 # The unit tier alone: no broker, no Spark, no browser (under two minutes).

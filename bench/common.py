@@ -214,6 +214,25 @@ def own_broker(s, log):
             log("stopped the broker")
 
 
+@contextlib.contextmanager
+def own_cluster(s, log):
+    """Start the Spark standalone cluster (infra.cluster) unless ours runs; stop it only if we started it."""
+    from infra import cluster
+
+    started = not cluster.master_pids(s)
+    t0 = time.monotonic()
+    cluster.up(s, quiet=True, kafka=False)
+    if started:
+        log(f"started a Spark master and {s.spark_workers} workers on {s.spark_master_url} "
+            f"in {time.monotonic() - t0:.1f} s")
+    try:
+        yield s.spark_master_url
+    finally:
+        if started:
+            cluster.down(s, quiet=True, kafka=False)
+            log("stopped the Spark cluster")
+
+
 def wait_for_rows(query, n: int, timeout: float, what: str, every: float = 0.1) -> list[dict]:
     """Poll a streaming query until its batches have read `n` rows (or `timeout` s); its progress.
 

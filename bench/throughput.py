@@ -9,10 +9,16 @@ normally starts from the latest), otherwise it would see none of the pre-filled 
 Figures: events/s = rows / summed trigger execution time over the query's batches (Spark's own
 progress; excludes the query's start-up), plus the wall-clock rate for reference on stderr.
 Prints {"at-most-once": …, "at-least-once": …, "exactly-once": …, "eo_over_alo": …}.
+
+With --cluster the same queries run on the Spark standalone cluster (infra.cluster: started for
+the run unless it is up, stopped after it if the bench started it), as an application with one
+executor per worker; the figures add the master, the workers ALIVE and the executors the
+application had.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import multiprocessing as mp
@@ -22,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import own_broker, wait_for_rows
+from bench.common import own_broker, own_cluster, wait_for_rows
 from infra.config import load
 from infra.contracts import GUARANTEES
 
@@ -95,13 +101,22 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: setting)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--topic", help="reuse a topic already filled with exactly --events events")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run on the Spark standalone cluster (SPARK_MASTER_PORT, SPARK_WORKERS ...)")
     args = parser.parse_args(argv)
     if args.events < 1 or args.producers < 1:
         raise SystemExit("--events and --producers must be positive.")
 
     base = load()
-    with own_broker(base, log):
+    if args.cluster and base.spark_master.startswith("local"):
+        base = dataclasses.replace(base, spark_master=base.spark_master_url)
+    with own_broker(base, log), (own_cluster(base, log) if args.cluster else contextlib.nullcontext()):
         return _run(args, base)
+
+
+def executors(spark) -> int:
+    """The executors the application has now: its block managers, the driver's not counted."""
+    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
 
 
 def _run(args, base) -> dict:
@@ -121,6 +136,7 @@ def _run(args, base) -> dict:
                                 trigger_seconds=0.0,
                                 usage_max_offsets=args.max_offsets or base.usage_max_offsets)
         spark = get_spark("cardstream-bench-throughput", s)
+        out["master"] = s.spark_master
         job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
         job.spark = spark
         job.epoch = fencing.take_lease(job.db, "usage")  # the queries run here, not through job.run()
@@ -128,6 +144,11 @@ def _run(args, base) -> dict:
             measure(job, "at-least-once", args.events, args.timeout, label="warm-up (not counted) ")
             for g in GUARANTEES:
                 out[g] = round(measure(job, g, args.events, args.timeout))
+            if not s.spark_master.startswith("local"):
+                from infra import cluster
+
+                out["workers"] = len(cluster.alive_workers(cluster.master_json(s) or {}, s))
+                out["executors"] = executors(spark)
         finally:
             spark.stop()
     out["eo_over_alo"] = round(out["exactly-once"] / out["at-least-once"], 3) if out["at-least-once"] else None

@@ -67,6 +67,7 @@ class Fault:
     sentence: str
     params: tuple[Param, ...] = field(default_factory=tuple)
     is_fault: bool = True      # False: a simulator control (pause, rates), not a failure
+    target: str = "the broker"  # what a fault with no job acts on
 
     @property
     def default_job(self) -> str | None:
@@ -111,8 +112,17 @@ CATALOGUE: dict[str, Fault] = {f.kind: f for f in (
           "the job sends itself a valid-looking transaction its code then fails on in every batch that "
           "holds it (a bug meeting a record); after POISON_BATCH_FAILURES identical failures the record "
           "is dead-lettered with the exception as reason and the job moves on"),
-    Fault("broker-down", SUPERVISOR, (), "the Kafka broker stops for N seconds, then restarts",
-          (_seconds(10.0, "how long the broker stays down"),)),
+    Fault("broker-down", SUPERVISOR, (), "the Kafka broker (one node of a cluster, or all) stops for N seconds, "
+          "then restarts",
+          (_seconds(10.0, "how long the broker stays down"),
+           Param("node", int, None, "", "which broker of the cluster stops, 0 first (default: all of them)",
+                 minimum=0))),
+    Fault("worker-down", SUPERVISOR, (),
+          "one Spark worker gets SIGKILL (a machine lost: its executors exit with it); the jobs carry on "
+          "with their executors on the other workers, and the worker restarts after N seconds and gets "
+          "executors again (CLUSTER=1 only)",
+          (Param("worker", int, 0, "", "which Spark worker, 0 first", minimum=0, maximum=63),
+           _seconds(20.0, "how long the worker stays down")), target="a Spark worker"),
     Fault("late-burst", SIMULATOR, (SIMULATOR,),
           "the simulator emits a burst of late and out-of-order events",
           (_count(200, "ordinary payments sent late"),)),
@@ -150,6 +160,11 @@ def get(kind: str) -> Fault:
         raise Refused(f"There is no fault or command {kind!r}; the catalogue has {', '.join(CATALOGUE)}.") from None
 
 
+def target(kind: str, job: str | None) -> str:
+    """What a command acts on, in words: its job, or for a fault with no job the fault's target."""
+    return job or (CATALOGUE[kind].target if kind in CATALOGUE else "the broker")
+
+
 def resolve(kind: str, job: str | None = None, params: dict | None = None) -> tuple[str | None, dict]:
     """(job, params with defaults) for a command as issued; Refused when it cannot be carried out."""
     fault = get(kind)
@@ -157,7 +172,8 @@ def resolve(kind: str, job: str | None = None, params: dict | None = None) -> tu
     if job is None:
         job = fault.default_job
     elif not fault.jobs:
-        raise Refused(f"{kind} applies to the Kafka broker, not to a job ({job}).")
+        raise Refused(f"{kind} applies to {'the Kafka broker' if fault.target == 'the broker' else fault.target}, "
+                      f"not to a job ({job}).")
     elif job not in fault.jobs:
         raise Refused(f"{kind} cannot target {job}: it applies to {', '.join(fault.jobs)}.")
     known = {p.name for p in fault.params}

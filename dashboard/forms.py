@@ -12,7 +12,7 @@ import math
 import streamlit as st
 
 from controlplane import commands
-from controlplane.faults import CATALOGUE, Param, Refused
+from controlplane.faults import CATALOGUE, Param, Refused, target
 from dashboard import fmt, ui
 from dashboard.data.faults import params_of
 from dashboard.views import text
@@ -56,7 +56,7 @@ def job_input(container, kind: str):
     jobs = CATALOGUE[kind].jobs
     if len(jobs) > 1:
         return container.selectbox("job", list(jobs), key=f"job_{kind}", label_visibility="collapsed")
-    container.markdown(f"`{jobs[0] if jobs else 'the broker'}`")
+    container.markdown(f"`{jobs[0] if jobs else CATALOGUE[kind].target}`")
     return jobs[0] if jobs else None
 
 
@@ -73,7 +73,7 @@ def issue(kind: str, job: str | None, params: dict, token: str | None) -> None:
             return
         row = commands.get(db, cid)
         said = text.params(kind, params_of(row["params"]))
-        st.success(f"Command {cid} issued: {kind} on {row['job'] or 'the broker'}"
+        st.success(f"Command {cid} issued: {kind} on {target(kind, row['job'])}"
                    + (f" ({said})" if said else "") + ". Its outcome appears in the command log below.",
                    icon=":material/bolt:" if CATALOGUE[kind].is_fault else ":material/tune:")
     ui.draw_with_store(write)

@@ -106,6 +106,9 @@ class Settings:
     kafka_sasl_username: str | None = None
     kafka_sasl_password: str | None = None
     kafka_ssl_cafile: str | None = None
+    # the brokers CardStream starts: "name:password,..." makes their client listener SASL_PLAINTEXT
+    # (PLAIN) accepting these users, the first one being the brokers' own (infra.broker)
+    kafka_broker_sasl_users: str | None = None
     fraud_rt_guarantee: str = "at-least-once"  # the real-time fraud path's (at-most-once: skips)
     fraud_mode: str = "microbatch"            # the fraud job's mode (realtime: both paths)
     # where the stateful path's per-card scoring runs: "jvm" (CardScoring.java) or "python" (pandas)
@@ -118,6 +121,20 @@ class Settings:
     # real-time mode: the nice level of the stateful path's Python workers (0: not lowered)
     realtime_worker_nice: int = 10
     topic_replication: int = 1
+    # topics' min.insync.replicas: with acks=all, a write needs this many replicas (1 local, 2 cluster)
+    topic_min_insync: int = 1
+    # the local cluster (`make cluster-up`, CLUSTER=1): brokers started by infra.broker (node i
+    # listens on KAFKA_PORT + 2i, its controller on KAFKA_CONTROLLER_PORT + 2i, all voters), and a
+    # Spark standalone master with workers, each worker bounded to a share of this machine; a
+    # worker's cores are task slots, not CPUs: four, so both jobs and their warm standbys (each
+    # application takes one core on every worker) fit
+    cluster: bool = False
+    kafka_brokers: int = 1
+    spark_master_port: int = 7077
+    spark_master_ui_port: int = 8080
+    spark_workers: int = 2
+    spark_worker_cores: int = 4
+    spark_worker_memory: str = "2g"
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
     kafka_delivery_timeout_ms: int = 120_000
@@ -132,7 +149,22 @@ class Settings:
 
     @property
     def kafka_bootstrap(self) -> str:
-        return self.external_bootstrap or f"127.0.0.1:{self.kafka_port}"
+        return self.external_bootstrap or ",".join(f"127.0.0.1:{port}" for port, _ in self.kafka_node_ports)
+
+    @property
+    def kafka_node_ports(self) -> list[tuple[int, int]]:
+        """(client port, controller port) of each broker CardStream starts, node 0 first."""
+        return [(self.kafka_port + 2 * i, self.kafka_controller_port + 2 * i) for i in range(self.kafka_brokers)]
+
+    @property
+    def cluster_dir(self) -> Path:
+        """The local Spark standalone cluster's logs and work folders."""
+        return self.run_dir / "cluster"
+
+    @property
+    def spark_master_url(self) -> str:
+        """The standalone master `make cluster-up` starts (SPARK_MASTER names the one jobs use)."""
+        return f"spark://127.0.0.1:{self.spark_master_port}"
 
     @property
     def kafka_dir(self) -> Path:
@@ -150,12 +182,15 @@ class Settings:
 def load(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
     run_dir = Path(env.get("CARDSTREAM_RUN_DIR") or ROOT / ".run").resolve()
+    cluster = (env.get("CLUSTER") or "0").lower() in ("1", "true", "yes", "on")
+    brokers = _int(env, "KAFKA_BROKERS", 3 if cluster else 1)
+    spark_master_port = _int(env, "SPARK_MASTER_PORT", 7077)
     return Settings(
         run_dir=run_dir,
         external_bootstrap=env.get("KAFKA_BOOTSTRAP") or None,
         kafka_port=_int(env, "KAFKA_PORT", 9092),
         kafka_controller_port=_int(env, "KAFKA_CONTROLLER_PORT", 9093),
-        kafka_heap=env.get("KAFKA_HEAP", "768m"),
+        kafka_heap=env.get("KAFKA_HEAP", "768m"),  # per broker, also each of a cluster's
         topics=Topics(
             transactions=env.get("TOPIC_TRANSACTIONS", "transactions"),
             labels=env.get("TOPIC_LABELS", "labels"),
@@ -170,12 +205,21 @@ def load(env: dict | None = None) -> Settings:
         kafka_sasl_username=env.get("KAFKA_SASL_USERNAME") or None,
         kafka_sasl_password=env.get("KAFKA_SASL_PASSWORD") or None,
         kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
+        kafka_broker_sasl_users=env.get("KAFKA_BROKER_SASL_USERS") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
         validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),
         validation_future_seconds=_int(env, "VALIDATION_FUTURE_SECONDS", 300),
         max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),
         poison_batch_failures=_int(env, "POISON_BATCH_FAILURES", 3),
-        topic_replication=_int(env, "TOPIC_REPLICATION", 1),
+        cluster=cluster,
+        kafka_brokers=brokers,
+        topic_replication=_int(env, "TOPIC_REPLICATION", 3 if cluster else 1),
+        topic_min_insync=_int(env, "TOPIC_MIN_INSYNC", 2 if cluster else 1),
+        spark_master_port=spark_master_port,
+        spark_master_ui_port=_int(env, "SPARK_MASTER_UI_PORT", 8080),
+        spark_workers=_int(env, "SPARK_WORKERS", 2),
+        spark_worker_cores=_int(env, "SPARK_WORKER_CORES", 4),
+        spark_worker_memory=env.get("SPARK_WORKER_MEMORY") or "2g",
         fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-least-once",
         realtime_batch_seconds=_float(env, "REALTIME_BATCH_SECONDS", 300.0),
         realtime_max_replay=_int(env, "REALTIME_MAX_REPLAY", 50_000),
@@ -184,7 +228,7 @@ def load(env: dict | None = None) -> Settings:
         fraud_processor=env.get("FRAUD_PROCESSOR") or "jvm",
         fraud_undecided_after_seconds=_float(env, "FRAUD_UNDECIDED_AFTER_SECONDS", 15.0),
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
-        spark_master=env.get("SPARK_MASTER", "local[*]"),
+        spark_master=env.get("SPARK_MASTER") or (f"spark://127.0.0.1:{spark_master_port}" if cluster else "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 2),
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),
         store_path=Path(env.get("CARDSTREAM_DB") or run_dir / "cardstream.db").resolve(),

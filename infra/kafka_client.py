@@ -3,13 +3,23 @@
 kafka-python clients (simulator, fraud sinks, audit, dashboard, tests, benches) are built here,
 and the same settings go to Spark's Kafka source and sink as `kafka.*` options, so pointing
 CardStream at a secured cluster (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_CAFILE) is
-one set of environment variables. End offsets and the broker probe are written here once.
+one set of environment variables. End offsets and the broker probe are written here once, and a
+refused SASL/PLAIN login is said in one sentence when a client is built (`LoginRefused`).
 """
 from __future__ import annotations
 
 import time
 
+from kafka.errors import KafkaError
+
 from infra.config import Settings, load
+
+
+class LoginRefused(KafkaError):
+    """The brokers refused the configured SASL login (the message is one sentence)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def client_config(s: Settings | None = None) -> dict:
@@ -41,22 +51,53 @@ def spark_options(s: Settings | None = None) -> dict[str, str]:
     return opts
 
 
+def login_error(s: Settings | None = None) -> str | None:
+    """One sentence when the brokers refuse this configuration's SASL/PLAIN login, else None.
+
+    kafka-python retries a refused login until its bootstrap timeout and then says only that it
+    could not bootstrap; this asks the first broker that answers directly (SASL_PLAINTEXT with
+    PLAIN only: other mechanisms are left to the client's own errors)."""
+    from infra.broker import sasl_plain
+
+    s = s or load()
+    if s.kafka_security_protocol != "SASL_PLAINTEXT" or s.kafka_sasl_mechanism != "PLAIN":
+        return None
+    for server in s.kafka_bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        answer = sasl_plain(host, int(port), s.kafka_sasl_username or "", s.kafka_sasl_password or "")
+        if answer is not None:
+            code, message = answer
+            if code == 0:
+                return None
+            return (f"The Kafka broker at {host}:{port} refused the SASL login of user {s.kafka_sasl_username!r} "
+                    f"({message or f'error {code}'}); check KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD.")
+    return None
+
+
+def _checked(s: Settings | None) -> dict:
+    """client_config, after a refused SASL login has been said in one sentence (LoginRefused)."""
+    refused = login_error(s)
+    if refused:
+        raise LoginRefused(refused)
+    return client_config(s)
+
+
 def producer(s: Settings | None = None, **overrides):
     from kafka import KafkaProducer
 
-    return KafkaProducer(**{**client_config(s), **overrides})
+    return KafkaProducer(**{**_checked(s), **overrides})
 
 
 def consumer(s: Settings | None = None, *topics: str, **overrides):
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(*topics, **{**client_config(s), "enable_auto_commit": False, **overrides})
+    return KafkaConsumer(*topics, **{**_checked(s), "enable_auto_commit": False, **overrides})
 
 
 def admin(s: Settings | None = None, **overrides):
     from kafka.admin import KafkaAdminClient
 
-    return KafkaAdminClient(**{**client_config(s), "client_id": "cardstream-admin", **overrides})
+    return KafkaAdminClient(**{**_checked(s), "client_id": "cardstream-admin", **overrides})
 
 
 def partitions(c, topic: str, wait_s: float = 5.0) -> list[int]:
@@ -87,9 +128,13 @@ def end_offsets(topic: str, s: Settings | None = None, c=None, wait_s: float = 5
 
 
 def answers(s: Settings | None = None, timeout: float = 1.0) -> bool:
-    """Whether the first bootstrap broker answers a Kafka ApiVersions request right now."""
+    """Whether a bootstrap broker answers a Kafka ApiVersions request right now: any one of them,
+    since a cluster with one broker down still serves every client."""
     from infra.broker import api_versions
 
     s = s or load()
-    host, _, port = s.kafka_bootstrap.split(",")[0].rpartition(":")
-    return bool(api_versions(host, int(port), timeout=timeout))
+    for server in s.kafka_bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if api_versions(host, int(port), timeout=timeout):
+            return True
+    return False

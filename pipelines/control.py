@@ -18,7 +18,7 @@ from infra.config import load
 def parser() -> argparse.ArgumentParser:
     kinds = list(faults.CATALOGUE)
     p = argparse.ArgumentParser(prog="python -m pipelines.control", description="Issue a fault or a simulator command.",
-                                epilog="\n".join(f"{k}: {f.sentence} (jobs: {', '.join(f.jobs) or 'the broker'})"
+                                epilog="\n".join(f"{k}: {f.sentence} (jobs: {', '.join(f.jobs) or f.target})"
                                                  for k, f in faults.CATALOGUE.items()),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("kind", choices=kinds, metavar="FAULT", help=f"one of: {', '.join(kinds)}")
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refused: {exc}", file=sys.stderr)
         return 2
     row = commands.get(db, command_id)
-    print(f"command {command_id}: {args.kind} for {row['job'] or 'the broker'} issued")
+    print(f"command {command_id}: {args.kind} for {faults.target(args.kind, row['job'])} issued")
     if args.wait is None:
         return 0
     deadline = time.monotonic() + args.wait

@@ -99,8 +99,13 @@ class Producer:
                 max_block_ms=15_000, bootstrap_timeout_ms=8_000,
                 reconnect_backoff_max_ms=1_000)  # back within a second of a broker restart
         except KafkaError as exc:
-            raise ProducerError(f"The Kafka broker at {bootstrap} did not answer as a Kafka broker "
-                                f"({type(exc).__name__}).") from None
+            from dataclasses import replace
+
+            from infra.config import load
+
+            refused = kafka_client.login_error(replace(load(), external_bootstrap=bootstrap))
+            raise ProducerError(refused or f"The Kafka broker at {bootstrap} did not answer as a Kafka broker "
+                                           f"({type(exc).__name__}).") from None
         self.batch_bytes = batch_bytes
         self.max_outstanding = max_outstanding
         self.bulk = self._bulk_supported() if bulk is None else bulk

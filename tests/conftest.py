@@ -2,7 +2,7 @@
 
 Tests live in tiers, one folder each, run fastest first: unit (plain Python and SQLite), spark
 (local[2], static input), kafka (the real broker), e2e (real job processes, real crashes),
-browser (Chromium). Each test is marked with its folder's tier (`pytest -m unit` is
+cluster (a Spark standalone master and workers, three brokers, all on loopback), browser (Chromium). Each test is marked with its folder's tier (`pytest -m unit` is
 `make test-fast`); a unit test that asks for the broker or Spark fails, saying so.
 
 Tests get their own run folder and ports (unless the environment says otherwise), so a running
@@ -20,6 +20,8 @@ os.environ.setdefault("CARDSTREAM_RUN_DIR", str(ROOT / ".run" / "test"))
 os.environ.setdefault("KAFKA_PORT", "19092")
 os.environ.setdefault("KAFKA_CONTROLLER_PORT", "19093")
 os.environ.setdefault("SPARK_MASTER", "local[2]")
+os.environ.setdefault("SPARK_MASTER_PORT", "17077")      # the cluster tier's master (workers: the next ports)
+os.environ.setdefault("SPARK_MASTER_UI_PORT", "18080")
 os.environ.setdefault("SPARK_SHUFFLE_PARTITIONS", "2")
 os.environ.setdefault("TOPIC_PARTITIONS", "2")
 sys.path.insert(0, str(ROOT))
@@ -30,7 +32,7 @@ from infra import broker  # noqa: E402
 from infra.config import load  # noqa: E402
 
 
-TIERS = ("unit", "spark", "kafka", "e2e", "browser")
+TIERS = ("unit", "spark", "kafka", "e2e", "cluster", "browser")
 HEAVY_FIXTURES = {"kafka": "the Kafka broker", "spark": "a SparkSession", "topic": "the Kafka broker"}
 
 

@@ -14,7 +14,7 @@ class BrokerDown(RuntimeError):
 
 
 def answers(s, timeout_s: float = 0.5) -> bool:
-    """Whether the first bootstrap broker answers a Kafka ApiVersions request right now."""
+    """Whether a bootstrap broker (any of them) answers a Kafka ApiVersions request right now."""
     try:
         return kafka_client.answers(s, timeout=timeout_s)
     except (OSError, ValueError):

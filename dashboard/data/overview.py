@@ -172,6 +172,15 @@ def latency_series(latencies: pd.DataFrame, bucket_s: int = 5) -> pd.DataFrame:
     return out.drop(columns="bucket").sort_values("time")
 
 
+def cluster_ui(s) -> str | None:
+    """The Spark master's UI when the jobs run on the local standalone cluster (CLUSTER=1,
+    `make cluster-up`): its workers, applications and executors. None on a local master, or on
+    a master elsewhere, whose UI address this process cannot know."""
+    if s.spark_master != s.spark_master_url:
+        return None
+    return f"http://127.0.0.1:{s.spark_master_ui_port}"
+
+
 def job_status(db, now: int | None = None) -> pd.DataFrame:
     """What the supervisor last wrote of each job (and standby), with how long ago."""
     now = now or now_ms()

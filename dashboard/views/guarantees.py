@@ -1,6 +1,7 @@
 """Guarantees: the same input counted three ways, each against the truth at its own committed cut."""
 import streamlit as st
 
+from controlplane.faults import target
 from dashboard import charts, fmt, ui
 from dashboard.data import guarantees as data
 from dashboard.data.fraud import quality as fraud_quality
@@ -64,7 +65,7 @@ def draw(db, s):
     right.plotly_chart(charts.guarantee_error(series, faults), width="stretch")
     if not faults.empty:
         st.caption("Faults on the chart: " + "; ".join(
-            f"{f.kind} on {f.job or 'the broker'} at {f.time:%H:%M:%S} ({f.status})" for f in faults.itertuples()))
+            f"{f.kind} on {target(f.kind, f.job)} at {f.time:%H:%M:%S} ({f.status})" for f in faults.itertuples()))
     st.plotly_chart(charts.lag(series), width="stretch")
 
 

@@ -77,6 +77,10 @@ def draw(db, s):
         ui.no_data("no decisions in the store — start the simulator and the fraud job.")
 
     st.subheader("Jobs")
+    master_ui = data.cluster_ui(s)
+    if master_ui:
+        st.markdown(f"The jobs run on the Spark standalone cluster `{s.spark_master}`: its master's UI, with "
+                    f"the workers, applications and executors, is [{master_ui}]({master_ui}).")
     jobs = data.job_status(db, now)
     if jobs.empty:
         ui.no_data("the supervisor has not reported any job.")

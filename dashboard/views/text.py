@@ -2,7 +2,7 @@
 store). Every figure goes through `dashboard.fmt`; nothing here infers what was not measured."""
 from __future__ import annotations
 
-from controlplane.faults import CATALOGUE
+from controlplane.faults import CATALOGUE, target
 from dashboard import fmt
 from pipelines.engine.stages import STAGES
 from pipelines.guarantees import POLICIES
@@ -88,7 +88,7 @@ def causes(found: list[dict]) -> list[str]:
     told, out = set(), []
     for c in found:
         if c["kind"] == "command":
-            text = f"{c['fault']} #{c['id']} on {c['job'] or 'the broker'} at {fmt.clock(c['at'])}"
+            text = f"{c['fault']} #{c['id']} on {target(c['fault'], c['job'])} at {fmt.clock(c['at'])}"
             if c.get("status") not in (None, "done"):
                 text += f" ({c['status']})"
             rec = _recovery_of(c, recoveries)

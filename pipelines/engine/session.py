@@ -1,11 +1,27 @@
-"""The one SparkSession factory: local jars, RocksDB state, sized for a small machine, quiet."""
+"""The one SparkSession factory: local jars, RocksDB state, sized for a small machine, quiet.
+
+On a Spark standalone master (`spark://`, CLUSTER=1) the application carries what its executors
+need, as on a real cluster: the connector and our jars (spark.jars: local files the driver serves,
+nothing downloaded at job start), the project's Python packages as one zip (spark.submit.pyFiles),
+the interpreter to run them with, and executors bounded to fit a worker. Checkpoints stay under
+CHECKPOINT_ROOT: the executors write state there, so it must be a path every process can reach;
+on this loopback cluster a local folder is, on a real one it must be a shared file system or an
+object store.
+"""
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import sys
+import zipfile
+from pathlib import Path
 
-from infra.config import Settings, load
+from infra.config import ROOT, Settings, load
 from infra.jars import is_complete
+
+# the packages executors import (Python UDFs, pandas functions, the Python worker daemon)
+PY_PACKAGES = ("pipelines", "infra", "controlplane", "simulator")
 
 
 def connector_jars(s: Settings) -> list[str]:
@@ -24,9 +40,9 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     from pyspark.sql import SparkSession
 
     s = s or load()
-    if s.spark_ui and s.spark_master.startswith("local"):
-        # the UI (and the driver) bind to loopback only: it has no login. Not on a cluster, whose
-        # executors must reach the driver.
+    if s.spark_ui and (s.spark_master.startswith("local") or on_loopback_cluster(s)):
+        # the UI (and the driver) bind to loopback only: it has no login. Not on a remote cluster,
+        # whose executors must reach the driver.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -57,11 +73,63 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.sql.warehouse.dir", str(s.run_dir / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={s.run_dir}")
     )
+    if not s.spark_master.startswith("local"):
+        for key, value in cluster_conf(s, python_zip(s.run_dir / "pyfiles")).items():
+            builder = builder.config(key, value)
     for key, value in extra_conf.items():
         builder = builder.config(key.replace("_", "."), value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def memory_mb(text: str) -> int:
+    """Spark's memory notation ("2g", "512m", "1024k", plain bytes) in MB."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", text.lower())
+    if not m:
+        raise SystemExit(f"{text!r} is not a memory size like 2g or 512m.")
+    n, unit = int(m.group(1)), m.group(2)
+    return {"": n // (1 << 20), "k": n // 1024, "m": n, "g": n << 10, "t": n << 20}[unit]
+
+
+def on_loopback_cluster(s: Settings) -> bool:
+    return bool(re.match(r"spark://(127\.0\.0\.1|localhost)[:/]", s.spark_master))
+
+
+def cluster_conf(s: Settings, py_zip: Path) -> dict[str, str]:
+    """An application's settings on a standalone master. Each executor is one core and that core's
+    share of a worker's memory, one per worker (spark.cores.max), so an application never takes a
+    whole worker and a worker holds as many applications as it has cores (the jobs, their warm
+    standbys)."""
+    executor_mb = max(256, memory_mb(s.spark_worker_memory) // max(1, s.spark_worker_cores))
+    conf = {"spark.executor.cores": "1",
+            "spark.executor.memory": f"{executor_mb}m",
+            "spark.cores.max": str(max(1, s.spark_workers)),
+            "spark.submit.pyFiles": str(py_zip),
+            "spark.pyspark.python": sys.executable}
+    if on_loopback_cluster(s):
+        conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    return conf
+
+
+def python_zip(folder: Path, root: Path = ROOT, packages: tuple[str, ...] = PY_PACKAGES) -> Path:
+    """The project's Python packages as one zip for executors, named by its content, so processes
+    starting side by side share one file and a changed tree gets a new one (written aside, then
+    renamed: never half a file)."""
+    files = sorted(p for pkg in packages for p in (root / pkg).rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    target = folder / f"cardstream-{digest.hexdigest()[:12]}.zip"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{target.name}.{os.getpid()}"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in files:
+            zf.writestr(zipfile.ZipInfo(str(p.relative_to(root)), (1980, 1, 1, 0, 0, 0)), p.read_bytes())
+    os.replace(tmp, target)
+    return target
 
 
 def record_ui(db, job: str, spark) -> str | None:

@@ -313,14 +313,19 @@ def check_layout(folder: Path, buckets: int, processor: str = "jvm") -> str | No
 def realtime_conf(s: Settings, o: Options) -> dict:
     """The session's settings for real-time mode. Its query holds one task slot per Kafka partition
     for a whole batch, beside the stateful path's tasks, so a local master gets more slots than
-    cores (the real-time tasks mostly wait on Kafka); and the stateful path's Python workers yield
-    the CPU to the real-time tasks (pipelines/engine/niced_daemon.py)."""
+    cores (the real-time tasks mostly wait on Kafka), and an application on a standalone master as
+    many one-core executors (the workers need that many free cores); and the stateful path's Python
+    workers yield the CPU to the real-time tasks (pipelines/engine/niced_daemon.py). On a cluster
+    the executors read the profiles' seed file (under CHECKPOINT_ROOT) by its path: a local folder
+    on the loopback cluster, a shared file system on a real one."""
     from infra.kafka_client import end_offsets
 
     conf = {}
+    partitions = len(end_offsets(o.transactions_topic, s)) or s.topics.partitions
     if s.spark_master.startswith("local"):
-        partitions = len(end_offsets(o.transactions_topic, s)) or s.topics.partitions
         conf["spark.master"] = f"local[{2 * partitions + 2}]"
+    else:
+        conf["spark.cores.max"] = str(2 * partitions + 2)
     if s.realtime_worker_nice:
         conf["spark.python.daemon.module"] = "pipelines.engine.niced_daemon"
     return conf

@@ -2,9 +2,9 @@
 
     python -m pipelines.supervisor [--jobs fraud,usage] [--with-simulator] [--simulator-args "..."]
 
-It is the one place where `crash`, `broker-down` and `zombie` happen (`pipelines.supervisor.faults`);
-the jobs execute their own in-batch faults and the simulator its own, all claimed from the
-store's command table as the fault catalogue says. It restarts a child that exits by the one
+It is the one place where `crash`, `broker-down`, `worker-down` and `zombie` happen
+(`pipelines.supervisor.faults`); the jobs execute their own in-batch faults and the simulator its
+own, all claimed from the store's command table as the fault catalogue says. It restarts a child that exits by the one
 restart policy (`pipelines.restarts`), except one that refused to start (exit 2: its store and
 checkpoint disagree), which waits for a person. A live auditor runs on a thread beside it.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from controlplane import fencing
 from controlplane.clock import now_ms
 from controlplane.store import connect
-from infra import broker, heap, kafka_client, logs
+from infra import broker, cluster, heap, kafka_client, logs
 from infra.config import Settings, load
 from infra.topics import ensure_topics
 from pipelines.engine import checkpoints
@@ -170,8 +170,13 @@ class Supervisor:
         the broker, each job and standby under its role's name (`fraud`, `fraud-standby`)."""
         out = {}
         if not self.s.external_bootstrap:
-            for i, pid in enumerate(sorted(broker.broker_pids(self.s))):
+            for i, pid in enumerate(broker.broker_pids(self.s)):  # node order
                 out["broker" if i == 0 else f"broker-{i + 1}"] = (pid, False)
+        if self.s.cluster:
+            for pid in cluster.master_pids(self.s):
+                out["spark-master"] = (pid, False)
+            for i, pid in sorted(cluster.worker_pids(self.s).items()):
+                out[f"spark-worker-{i}"] = (pid, False)
         for child in [*list(self.children.values()), *list(self.standbys.values())]:
             proc = child.proc
             if proc is not None and proc.returncode is None:  # no poll(): the loop's thread reaps
@@ -225,8 +230,8 @@ class Supervisor:
                 log.info("%s: the last run stopped cleanly (every batch committed); no replay", job)
 
     def run(self) -> None:
-        if self.with_broker:
-            broker.up(self.s, quiet=True)
+        if self.with_broker:  # with CLUSTER=1 the Spark standalone cluster too (infra.cluster)
+            (cluster.up if self.s.cluster else broker.up)(self.s, quiet=True)
         self.report_last_stop()
         self.faults.recover_interrupted()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -256,7 +261,7 @@ class Supervisor:
             child.proc, child.status, child.detail = None, "stopped", "supervisor stopped"
             self._write_status(child)
         if self.with_broker:  # last: the jobs' final commits needed it
-            broker.down(self.s, quiet=True)
+            (cluster.down if self.s.cluster else broker.down)(self.s, quiet=True)
         log.info("stopped")
 
 
@@ -267,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default="fraud,usage", help="comma-separated jobs to run (fraud, usage)")
     parser.add_argument("--with-simulator", action="store_true", help="also run the simulator")
     parser.add_argument("--with-broker", action="store_true",
-                        help="start the local Kafka broker first and stop it last")
+                        help="start the local Kafka broker (with CLUSTER=1 the Spark cluster too) first "
+                             "and stop it last")
     parser.add_argument("--standby", action="store_true", default=None,
                         help="keep a warm standby per Spark job (default: the STANDBY setting)")
     for job, example in (("fraud", "--mode microbatch"), ("usage", "--guarantee exactly-once"),

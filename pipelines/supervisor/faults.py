@@ -1,5 +1,5 @@
 """The faults the supervisor carries out itself (the catalogue's `supervisor` executor): `crash`,
-`broker-down` and `zombie`, claimed from the command table exactly once, with their outcome and
+`broker-down`, `worker-down` and `zombie`, claimed from the command table exactly once, with their outcome and
 the recovery time they caused recorded in the store."""
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 
 from controlplane import commands, faults
 from controlplane.clock import now_ms
-from infra import broker
+from infra import broker, cluster
 from pipelines.supervisor.processes import last_error
 
 ZOMBIE_TIMEOUT_S = 120.0
+EXECUTOR_GRACE_S = 5.0   # a killed worker's executors exit by themselves within this, or are killed
 
 log = logging.getLogger("supervisor")
 
@@ -102,6 +103,7 @@ class FaultExecutor:
         self.zombies: list[Zombie] = []
         self.recoveries: list[PendingRecovery] = []
         self._broker_fault: threading.Thread | None = None
+        self._worker_faults: dict[int, threading.Thread] = {}
 
     def recover_interrupted(self) -> None:
         """Commands a previous supervisor claimed but never finished: say so, never re-run them."""
@@ -113,7 +115,7 @@ class FaultExecutor:
     def take_commands(self) -> None:
         for cmd in commands.claim(self.db, self.KINDS):
             try:
-                {"crash": self.crash, "broker-down": self.broker_down, "zombie": self.zombie,
+                {"crash": self.crash, "broker-down": self.broker_down, "zombie": self.zombie, "worker-down": self.worker_down,
                  "set-fraud-guarantee": self.set_fraud_guarantee}[cmd.kind](cmd)
             except Exception as exc:  # a failed fault is recorded, never fatal to the supervisor
                 commands.finish(self.db, cmd.id, f"failed: {exc}", ok=False)
@@ -174,19 +176,72 @@ class FaultExecutor:
         if self._broker_fault and self._broker_fault.is_alive():
             raise ValueError("the broker is already down for another broker-down command")
         seconds = float(cmd.param("seconds"))
+        node, n = cmd.param("node"), self.s.kafka_brokers
+        if node is not None and not 0 <= int(node) < n:
+            raise ValueError(f"there is no broker node {node}: the cluster has {n} "
+                             f"({f'nodes 0–{n - 1}' if n > 1 else 'node 0 only'})")
+        node = None if node is None else int(node)
+        # one node of several: the others keep the quorum and every partition's in-sync replicas
+        what = (f"broker node {node} (127.0.0.1:{self.s.kafka_node_ports[node][0]})" if node is not None and n > 1
+                else "broker" if n == 1 else f"all {n} brokers")
 
         def outage():
             started = time.monotonic()
-            broker.down(self.s, quiet=True)
+            broker.down(self.s, quiet=True, node=node)
             stopped_after = time.monotonic() - started
             time.sleep(seconds)
-            broker.up(self.s, quiet=True)
-            commands.finish(self.db, cmd.id, f"broker stopped ({stopped_after:.1f} s to stop), down for "
+            broker.up(self.s, quiet=True, node=node)
+            commands.finish(self.db, cmd.id, f"{what} stopped ({stopped_after:.1f} s to stop), down for "
                                              f"{seconds:.0f} s, answering again")
 
         # The broker is started detached (its own session), so starting it from a thread is safe.
         self._broker_fault = threading.Thread(target=outage, name="broker-down", daemon=True)
         self._broker_fault.start()
+
+    def worker_down(self, cmd: commands.Command) -> None:
+        """SIGKILL one Spark worker, as if its machine were lost, and start it again after N seconds.
+        Its executors exit within a second on their own (each watches its worker and exits when the
+        connection drops); any still alive after EXECUTOR_GRACE_S is killed, and the outcome says so."""
+        if not self.s.spark_master.startswith("spark://"):
+            raise ValueError(f"the jobs run on a local Spark master ({self.s.spark_master}), which has no worker "
+                             f"to stop; run the demo on the cluster with CLUSTER=1")
+        i, seconds, n = int(cmd.param("worker")), float(cmd.param("seconds")), self.s.spark_workers
+        if not 0 <= i < n:
+            raise ValueError(f"there is no Spark worker {i}: the cluster has {n} (0–{n - 1})")
+        if i in self._worker_faults and self._worker_faults[i].is_alive():
+            raise ValueError(f"Spark worker {i} is already down for another worker-down command")
+        if i not in cluster.worker_pids(self.s):
+            raise ValueError(f"Spark worker {i} is not running here (the cluster is not ours, or the worker is down)")
+        try:
+            pid, executors = cluster.kill_worker(self.s, i)
+        except cluster.ClusterError as exc:  # a SystemExit: never let it end the supervisor
+            raise ValueError(str(exc)) from None
+
+        def outage():
+            try:
+                deadline = time.monotonic() + EXECUTOR_GRACE_S
+                while time.monotonic() < deadline and any(cluster.alive(p) for p in executors):
+                    time.sleep(0.1)
+                stragglers = [p for p in executors if cluster.alive(p)]
+                for p in stragglers:
+                    cluster.send_signal(p, signal.SIGKILL)
+                time.sleep(max(0.0, seconds - EXECUTOR_GRACE_S))
+                t0 = time.monotonic()
+                cluster.start_worker(self.s, i)
+                doc = cluster.wait_alive(self.s, [i])
+                gone = (f"its {len(executors)} executor(s) exited with it" if not stragglers
+                        else f"{len(stragglers)} of its {len(executors)} executor(s) outlived it and were killed")
+                used = cluster.worker_states(doc, self.s)[i].cores_used
+                commands.finish(self.db, cmd.id, f"Spark worker {i} pid {pid} SIGKILLed, {gone}; down for "
+                                                 f"{seconds:.0f} s, ALIVE again {time.monotonic() - t0:.1f} s after "
+                                                 f"its restart ({used} core(s) in use on it)")
+            except (Exception, cluster.ClusterError) as exc:  # noqa: BLE001 - recorded; the supervisor goes on
+                commands.finish(self.db, cmd.id, f"failed: Spark worker {i} pid {pid} was killed but did not "
+                                                 f"come back: {exc}", ok=False)
+
+        # The worker is started detached (its own session), so starting it from a thread is safe.
+        self._worker_faults[i] = threading.Thread(target=outage, name=f"worker-down-{i}", daemon=True)
+        self._worker_faults[i].start()
 
     def zombie(self, cmd: commands.Command) -> None:
         """Freeze the running instance, start a replacement, then let the frozen one wake up stale."""

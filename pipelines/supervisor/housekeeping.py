@@ -31,6 +31,7 @@ from typing import Callable
 
 from controlplane.clock import now_ms
 from controlplane.store import transaction
+from infra import broker
 from infra.config import Settings
 from pipelines.supervisor import memory
 
@@ -119,13 +120,18 @@ def process_rows(named: dict[str, tuple[int, bool]], table: dict[int, memory.Pro
     return rows
 
 
+def _kafka_bytes(s: Settings) -> int | None:
+    """The local brokers' data, every node's (None: none started yet)."""
+    sizes = [b for b in (memory.dir_bytes(d) for d in broker.data_dirs(s)) if b is not None]
+    return sum(sizes) if sizes else None
+
+
 def storage_rows(s: Settings) -> list[tuple[str, str, int]]:
     """(what, path, bytes) of the store, the checkpoint root and the local broker's data."""
     out = []
     for what, path, size in (("store", s.store_path, memory.store_bytes(s.store_path)),
                              ("checkpoints", s.checkpoint_root, memory.dir_bytes(s.checkpoint_root)),
-                             ("kafka", s.kafka_dir / "data",
-                              None if s.external_bootstrap else memory.dir_bytes(s.kafka_dir / "data"))):
+                             ("kafka", s.kafka_dir, None if s.external_bootstrap else _kafka_bytes(s))):
         if size is not None:
             out.append((what, str(path), size))
     return out

@@ -46,7 +46,7 @@ def test_faults_and_controls_split_the_catalogue():
     assert set(faults.FAULTS) | set(faults.CONTROLS) == set(faults.CATALOGUE)
     assert not set(faults.FAULTS) & set(faults.CONTROLS)
     assert {"crash", "crash-after-sink", "sink-down", "task-failure", "broker-down", "zombie",
-            "late-burst", "bad-input", "poison-pill"} == set(faults.FAULTS)
+            "worker-down", "late-burst", "bad-input", "poison-pill"} == set(faults.FAULTS)
     for kind, f in faults.CATALOGUE.items():
         assert f.kind == kind and f.executor in EXECUTORS and f.sentence, kind
         assert len({p.name for p in f.params}) == len(f.params), kind
@@ -71,7 +71,7 @@ def test_every_kind_is_claimed_by_exactly_one_executor():
 
 
 def test_the_supervisor_has_a_handler_for_each_kind_it_claims():
-    assert set(FaultExecutor.KINDS) == {"crash", "broker-down", "zombie", "set-fraud-guarantee"}
+    assert set(FaultExecutor.KINDS) == {"crash", "broker-down", "worker-down", "zombie", "set-fraud-guarantee"}
     for kind in FaultExecutor.KINDS:
         assert callable(getattr(FaultExecutor, kind.replace("-", "_"))), kind
 

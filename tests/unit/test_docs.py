@@ -77,7 +77,7 @@ def test_each_fault_row_says_what_the_catalogue_says(kind):
     f = faults.CATALOGUE[kind]
     _, targets, params, says = fault_rows()[kind]
     assert plain(says) == plain(f.sentence)
-    assert plain(targets) == (", ".join(f.jobs) if f.jobs else "the broker")
+    assert plain(targets) == (", ".join(f.jobs) if f.jobs else f.target)
     names = [t for t in ticked(params)]
     assert names == [p.name for p in f.params], (kind, params)
     for p in f.params:
