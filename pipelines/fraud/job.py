@@ -41,7 +41,7 @@ from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeo
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
-from pipelines.fraud.sinks import Sinks
+from pipelines.fraud.sinks import Sinks, scored_table
 from pipelines.fraud.state import SCORED_DDL, STATE_LAYOUTS
 from pipelines.hooks import Faults
 
@@ -177,7 +177,8 @@ def per_card(valid, s: Settings):
 def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> None:
     """A standby's dress rehearsal of its first batch, so a takeover finds it all started: the
     decisions plan (parse, the stateful operator — the JVM processor, or the pandas one with its
-    Python workers and state server — and its RocksDB store, the foreachBatch callback) run to completion once over a few transactions from
+    Python workers and state server — and its RocksDB store, the foreachBatch callback's scoring
+    and Arrow collection) run to completion once over a few transactions from
     a scratch folder, with a scratch checkpoint; nothing of it reaches Kafka or the store. It is
     stopped at once when `cancel()` says so (a promotion must not wait for a warm-up)."""
     import tempfile
@@ -202,7 +203,8 @@ def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False)
         scored, _ = score(spark.readStream.schema(kafka_schema).parquet(f"{tmp}/in"), s)
         query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
                  .option("checkpointLocation", f"{tmp}/checkpoint")
-                 .foreachBatch(lambda df, _batch: df.count()).trigger(availableNow=True).start())
+                 .foreachBatch(lambda df, _batch: scored_table(df, s.fraud_threshold))
+                 .trigger(availableNow=True).start())
         deadline = time.monotonic() + timeout_s
         while not query.awaitTermination(0.2):
             if cancel() or time.monotonic() > deadline:

@@ -223,6 +223,15 @@ class TransactionalTopic:
             self.producer = None
 
 
+def scored_table(batch_df, threshold: float):
+    """A decisions batch with its aggregated score and verdict, collected to the driver as Arrow:
+    the batch's Spark work (the standby's rehearsal runs it too, so a takeover finds it warm)."""
+    from pipelines.fraud.aggregator import aggregate_columns
+
+    score, is_fraud = aggregate_columns(threshold)
+    return batch_df.select("*", score.alias("score"), is_fraud.alias("is_fraud")).toArrow()
+
+
 class Sinks:
     """The store (fenced, idempotent) and Kafka (exactly once) writers of the job's driver."""
 
@@ -248,11 +257,8 @@ class Sinks:
         os._exit(EXIT_FENCED)
 
     def decisions(self, batch_df, batch_id: int) -> None:
-        from pipelines.fraud.aggregator import aggregate_columns
-
-        score, is_fraud = aggregate_columns(self.o.threshold)
         clock = Stages()
-        table = batch_df.select("*", score.alias("score"), is_fraud.alias("is_fraud")).toArrow()
+        table = scored_table(batch_df, self.o.threshold)
         clock.lap("compute_ms")
         if table.num_rows == 0:
             return
