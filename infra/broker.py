@@ -44,6 +44,7 @@ import time
 import uuid
 from pathlib import Path
 
+from infra import daemons
 from infra.config import ROOT, Settings, load
 from infra.jars import is_complete
 from infra.jvm import require_java
@@ -223,15 +224,6 @@ def broker_pids(s: Settings, node: int | None = None) -> list[int]:
     return [pid for _, pid in sorted(found)]
 
 
-def _tail(path: Path, lines: int = 3) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    interesting = [l for l in text if " ERROR " in l or "Exception" in l] or text
-    return " | ".join(interesting[-lines:])[:500]
-
-
 def _migrate(s: Settings) -> None:
     """Move a stopped single broker's files from `kafka/` into `kafka/node-0/` (its data kept)."""
     old, new = _legacy(s), _paths(s, 0)
@@ -369,7 +361,7 @@ def up(s: Settings | None = None, quiet: bool = False, node: int | None = None) 
             if proc is not None and proc.poll() is not None:
                 log = _paths(s, i)["log"]
                 raise BrokerError(f"The {_what(s, i if s.kafka_brokers > 1 else None)} exited during start-up "
-                                  f"(code {proc.returncode}); {log} ends with: {_tail(log)}")
+                                  f"(code {proc.returncode}); {log} ends with: {daemons.tail(log)}")
         if waiting:
             time.sleep(0.3)
     if waiting:
@@ -421,39 +413,13 @@ def down(s: Settings | None = None, quiet: bool = False, node: int | None = None
             print(f"KAFKA_BOOTSTRAP={s.external_bootstrap}: not ours to stop.")
         return
     nodes = _nodes(s, node)
-    pids = broker_pids(s, node)
-    for pid in pids:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while pids and time.monotonic() < deadline:
-        pids = [pid for pid in pids if _alive(pid)]
-        time.sleep(0.2)
-    for pid in pids:
-        _signal(pid, signal.SIGKILL)
+    killed = daemons.stop(broker_pids(s, node), STOP_TIMEOUT_S)
     for i in nodes:
         _paths(s, i)["pid"].unlink(missing_ok=True)
     if node in (None, 0):
         _legacy(s)["pid"].unlink(missing_ok=True)
     if not quiet:
-        print(f"{_what(s, node)} stopped." + (" (It had to be killed.)" if pids else ""))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie child of ours counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        print(f"{_what(s, node)} stopped." + (" (It had to be killed.)" if killed else ""))
 
 
 def status(s: Settings | None = None) -> bool:

@@ -29,8 +29,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import broker
-from infra.broker import _alive as alive, _signal as send_signal, _tail as broker_tail
+from infra import broker, daemons
 from infra.config import Settings, load
 from infra.jvm import require_java
 
@@ -230,7 +229,7 @@ def _spawn(cmd: list[str], log: Path, s: Settings) -> int:
 
 
 def _tail(path: Path) -> str:
-    return broker_tail(path) or "(nothing)"
+    return daemons.tail(path) or "(nothing)"
 
 
 def start_worker(s: Settings, i: int) -> int:
@@ -290,7 +289,7 @@ def up(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> st
                 started[f"worker {i}"] = start_worker(s, i)
         doc = wait_alive(s, list(range(s.spark_workers)))
     except ClusterError:
-        _stop(list(started.values()), timeout=5)
+        daemons.stop(list(started.values()), 5)
         raise
     if not quiet:
         what = f"started {', '.join(started)}" if started else "already running"
@@ -300,35 +299,22 @@ def up(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> st
     return s.spark_master_url
 
 
-def _stop(pids: list[int], timeout: float = STOP_TIMEOUT_S) -> bool:
-    """SIGTERM, then SIGKILL what is still alive after `timeout`; True when something had to be killed."""
-    for pid in pids:
-        send_signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pids and time.monotonic() < deadline:
-        pids = [pid for pid in pids if alive(pid)]
-        time.sleep(0.2)
-    for pid in pids:
-        send_signal(pid, signal.SIGKILL)
-    return bool(pids)
-
-
 def kill_worker(s: Settings, i: int) -> tuple[int, list[int]]:
     """SIGKILL worker `i` (no clean shutdown: a machine lost); (its pid, its executors' pids then)."""
     pid = worker_pids(s).get(i)
     if pid is None:
         raise ClusterError(f"Spark worker {i} is not running.")
     executors = executor_pids(s, i)
-    send_signal(pid, signal.SIGKILL)
+    daemons.send_signal(pid, signal.SIGKILL)
     return pid, executors
 
 
 def down(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> None:
     """Stop the workers (a worker stops its executors), the master, stray executors, then Kafka."""
     s = s or load()
-    killed = _stop(list(worker_pids(s).values()))
-    killed |= _stop(master_pids(s))
-    killed |= _stop(executor_pids(s), timeout=5)
+    killed = daemons.stop(list(worker_pids(s).values()), STOP_TIMEOUT_S)
+    killed |= daemons.stop(master_pids(s), STOP_TIMEOUT_S)
+    killed |= daemons.stop(executor_pids(s), 5)
     if kafka:
         broker.down(s, quiet=quiet)
     if not quiet:

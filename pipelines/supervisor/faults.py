@@ -14,7 +14,7 @@ from pathlib import Path
 
 from controlplane import commands, faults
 from controlplane.clock import now_ms
-from infra import broker, cluster
+from infra import broker, cluster, daemons
 from pipelines.supervisor.processes import last_error
 
 ZOMBIE_TIMEOUT_S = 120.0
@@ -220,11 +220,11 @@ class FaultExecutor:
         def outage():
             try:
                 deadline = time.monotonic() + EXECUTOR_GRACE_S
-                while time.monotonic() < deadline and any(cluster.alive(p) for p in executors):
+                while time.monotonic() < deadline and any(daemons.alive(p) for p in executors):
                     time.sleep(0.1)
-                stragglers = [p for p in executors if cluster.alive(p)]
+                stragglers = [p for p in executors if daemons.alive(p)]
                 for p in stragglers:
-                    cluster.send_signal(p, signal.SIGKILL)
+                    daemons.send_signal(p, signal.SIGKILL)
                 time.sleep(max(0.0, seconds - EXECUTOR_GRACE_S))
                 t0 = time.monotonic()
                 cluster.start_worker(self.s, i)

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from controlplane.store import connect
-from infra import cluster
+from infra import cluster, daemons
 from infra.config import ROOT, load
 from infra.topics import ensure_topics
 from pipelines import audit
@@ -96,7 +96,7 @@ def test_usage_job_keeps_its_guarantees_when_a_worker_is_killed(spark_cluster, t
 
         pid, executors = cluster.kill_worker(s, 0)
         assert executors, "worker 0 ran no executor"
-        wait_for(lambda: not any(cluster.alive(p) for p in executors), 10,
+        wait_for(lambda: not any(daemons.alive(p) for p in executors), 10,
                  "the killed worker's executors to exit with it")
         wait_for(lambda: cluster.worker_states(cluster.master_json(s), s)[0].state == "DEAD", 30,
                  "the master to see worker 0 dead")
