@@ -18,8 +18,8 @@ from controlplane.store import connect
 from infra.config import load
 from infra.topics import ensure_topics
 from pipelines import audit, guarantees
-from tests.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, produce,
-                                settled, wait_for)
+from tests.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, log,
+                                produce, settled, wait_for)
 
 pytestmark = pytest.mark.timeout(240)
 AMO, ALO, EO = (guarantees.policy(g) for g in ("at-most-once", "at-least-once", "exactly-once"))
@@ -167,6 +167,13 @@ def test_task_failure_restarts_from_the_checkpoint_without_the_process_dying(run
     sent = run.records - sent
     wait_for(lambda: command_status(run.db, cid) == "done", 60, "the injected task failures")
     truth, fraud_truth = run.truth.counts()
+    # each guarantee's query restarts on its own: wait for the durable one that restarts last, too
+    alo_target = before["at-least-once"]["processed"] + sent
+    try:
+        wait_for(lambda: counts(run.db)["at-least-once"]["processed"] >= alo_target, 90,
+                 "the restarted at-least-once query to commit the failed batch")
+    except TimeoutError as exc:
+        log(str(exc))  # the assertion below says what it saw
     got = settled(run.db, truth)
     assert run.job.proc.poll() is None  # restarted in-process, not dead
     assert got["exactly-once"] == {"processed": truth, "fraud": fraud_truth}
