@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import multiprocessing as mp
 import sys
 import tempfile

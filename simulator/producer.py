@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass

@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from controlplane import fencing, ledger
@@ -133,12 +132,15 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
                         # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a backlog drains in
                         # batches of bounded memory
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    return score(source.where(exclude) if exclude else source, s)
+    return score(source.where(exclude) if exclude else source, s, o.threshold)
 
 
-def score(source, s: Settings):
+def score(source, s: Settings, threshold: float):
     """Rows shaped as Kafka's (key, value, topic, partition, offset, timestamp, timestampType) ->
-    (valid transactions scored per card, malformed records)."""
+    (valid transactions scored per card with the aggregator's score and verdict, malformed records).
+
+    The verdict is part of the streaming plan, planned once with it: built in the sink instead,
+    its Python expression building and a second query plan cost every batch 60-80 ms."""
     from pyspark.sql import functions as F
 
     from pipelines.engine.sources import parse_transactions
@@ -150,7 +152,15 @@ def score(source, s: Settings):
              .withWatermark("event_ts", f"{s.watermark_seconds} seconds")
              .select("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
                      "produced_at", "offset"))
-    return per_card(valid, s), bad
+    return verdict(per_card(valid, s), threshold), bad
+
+
+def verdict(scored, threshold: float):
+    """The aggregator's `score` and `is_fraud` beside the analyzers' scores (Spark SQL, in the JVM)."""
+    from pipelines.fraud.aggregator import aggregate_columns
+
+    total, is_fraud = aggregate_columns(threshold)
+    return scored.select("*", total.alias("score"), is_fraud.alias("is_fraud"))
 
 
 def per_card(valid, s: Settings):
@@ -174,44 +184,25 @@ def per_card(valid, s: Settings):
     return scored
 
 
-def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> None:
-    """A standby's dress rehearsal of its first batch, so a takeover finds it all started: the
+def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> bool:
+    """A standby's dress rehearsal of its first batch (pipelines/engine/rehearsal.py): the
     decisions plan (parse, the stateful operator — the JVM processor, or the pandas one with its
-    Python workers and state server — and its RocksDB store, the foreachBatch callback's scoring
-    and Arrow collection) run to completion once over a few transactions from
-    a scratch folder, with a scratch checkpoint; nothing of it reaches Kafka or the store. It is
-    stopped at once when `cancel()` says so (a promotion must not wait for a warm-up)."""
-    import tempfile
+    Python workers and state server — and its RocksDB store, the aggregator, the foreachBatch
+    callback's Arrow collection) over 32 scratch transactions; nothing reaches Kafka or the store."""
+    from pipelines.engine.rehearsal import kafka_rows, run_to_end, scratch_stream
 
-    from pyspark.sql import types as T
-
-    kafka_schema = T.StructType([T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
-                                 T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-                                 T.StructField("offset", T.LongType()), T.StructField("timestamp", T.TimestampType()),
-                                 T.StructField("timestampType", T.IntegerType())])
     now = int(time.time() * 1000)
-    stamp = datetime.fromtimestamp(now / 1000, timezone.utc)
-    rows = []
-    for i in range(32):
-        txn = {"txn_id": f"rehearsal-{i}", "card_id": f"card-rehearsal-{i % 8}", "merchant_id": "m-rehearsal",
-               "amount_cents": 1_000 + i, "currency": "EUR", "lat": 48.85, "lon": 2.35,
-               "event_time": now - (32 - i) * 1000, "produced_at": now}
-        rows.append((txn["card_id"].encode(), json.dumps(txn).encode(), "rehearsal", i % 3, i, stamp, 1))
-    s.run_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fraud-rehearsal-", dir=s.run_dir) as tmp:
-        spark.createDataFrame(rows, kafka_schema).write.parquet(f"{tmp}/in")
-        scored, _ = score(spark.readStream.schema(kafka_schema).parquet(f"{tmp}/in"), s)
+    txns = [{"txn_id": f"rehearsal-{i}", "card_id": f"card-rehearsal-{i % 8}", "merchant_id": "m-rehearsal",
+             "amount_cents": 1_000 + i, "currency": "EUR", "lat": 48.85, "lon": 2.35,
+             "event_time": now - (32 - i) * 1000, "produced_at": now} for i in range(32)]
+    rows = kafka_rows([(t["card_id"].encode(), json.dumps(t).encode()) for t in txns], now)
+    with scratch_stream(spark, s, rows, JOB) as (source, tmp):
+        scored, _ = score(source, s, s.fraud_threshold)
         query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
                  .option("checkpointLocation", f"{tmp}/checkpoint")
-                 .foreachBatch(lambda df, _batch: scored_table(df, s.fraud_threshold))
+                 .foreachBatch(lambda df, _batch: scored_table(df))
                  .trigger(availableNow=True).start())
-        deadline = time.monotonic() + timeout_s
-        while not query.awaitTermination(0.2):
-            if cancel() or time.monotonic() > deadline:
-                query.stop()
-                log.warning("the standby's rehearsal stopped before its end (%s)",
-                            "promoted or stopped" if cancel() else f"not done in {timeout_s:.0f} s")
-                return
+        return run_to_end([query], timeout_s, cancel)
 
 
 def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None) -> dict:
@@ -393,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     heartbeat.start()
     faults = Faults(o.store_path, [JOB], job=JOB)
     sinks = Sinks(o, s, epoch, faults)
+    sinks.prepare()
     if o.mode == "realtime":
         # The real-time query needs the CPU; the stateful path only keeps profiles (and the store)
         # and is throttled so it cannot starve it: a slower trigger, a bounded batch.

@@ -108,7 +108,7 @@ class Quarantine:
         if excluded:
             df = df.where(excluded)
         now = checkpoints.batch_timestamp(self.checkpoint, failure.batch_id) or now_ms()
-        parsed = parse_transactions(df, self.s, now_ms=now)
+        parsed = parse_transactions(df, self.s)  # each record's verdict as in the batch: by its append time
         rows = (parsed.where("dlq_reason IS NULL").select("raw", "partition", "offset", *TXN_COLUMNS)
                 .toArrow().to_pylist())
         return isolate(rows, lambda part: self.check(part, now, failure.batch_id)), len(rows)

@@ -19,6 +19,7 @@ import base64
 import json
 import logging
 import os
+import threading
 import time
 from collections import Counter
 from dataclasses import replace
@@ -134,22 +135,24 @@ class TransactionalTopic:
                        "max_block_ms": max(1000, min(60_000, delivery)), **producer_config}
         self.producer = None
         self.last_committed: int | None = None
+        self._opening = threading.Lock()  # `prepare`'s thread and the first batch open it once
 
     @property
     def marker_key(self) -> bytes:
         return f"{self.stream}:{self.checkpoint_id}".encode()
 
     def _ready(self):
-        if self.producer is None:
-            producer = kafka_client.producer(self.s, **self.config)
-            try:
-                producer.init_transactions()  # fences older instances, aborts what they left open
-                self.last_committed = self._last_marker()
-            except Exception:
-                producer.close(timeout=1)
-                raise
-            self.producer = producer
-        return self.producer
+        with self._opening:
+            if self.producer is None:
+                producer = kafka_client.producer(self.s, **self.config)
+                try:
+                    producer.init_transactions()  # fences older instances, aborts what they left open
+                    self.last_committed = self._last_marker()
+                except Exception:
+                    producer.close(timeout=1)
+                    raise
+                self.producer = producer
+            return self.producer
 
     def _last_marker(self) -> int | None:
         """The newest batch id committed for this checkpoint (read_committed, from the tail)."""
@@ -223,13 +226,11 @@ class TransactionalTopic:
             self.producer = None
 
 
-def scored_table(batch_df, threshold: float):
-    """A decisions batch with its aggregated score and verdict, collected to the driver as Arrow:
-    the batch's Spark work (the standby's rehearsal runs it too, so a takeover finds it warm)."""
-    from pipelines.fraud.aggregator import aggregate_columns
-
-    score, is_fraud = aggregate_columns(threshold)
-    return batch_df.select("*", score.alias("score"), is_fraud.alias("is_fraud")).toArrow()
+def scored_table(batch_df):
+    """A decisions batch (scored, with the aggregator's verdict: `job.verdict`) collected to the
+    driver as Arrow: the batch's Spark work (the standby's rehearsal runs it too, so a takeover
+    finds it warm)."""
+    return batch_df.toArrow()
 
 
 class Sinks:
@@ -243,6 +244,30 @@ class Sinks:
         self.faults = faults
         self._topics: dict[str, TransactionalTopic] = {}
         self.decided = self.late = self.fraud = 0
+
+    def prepare(self) -> threading.Thread | None:
+        """Open the Kafka transactions of checkpoints that already exist (a restart, a takeover) on
+        a thread of their own, while Spark plans and runs the first batch: `init_transactions`
+        (which fences the old instance at the broker) and the read of the last markers then no
+        longer wait until that batch is computed. A failure here is only logged: the first write
+        opens the topic itself, and fails its batch if it cannot."""
+        streams = [(stream, topic, checkpoint) for stream, topic, checkpoint in (
+            (JOB, self.o.decisions_topic, self.o.checkpoint / "decisions"),
+            (f"{JOB}-dlq", self.o.dlq_topic, self.o.checkpoint / "dlq")) if checkpoints.query_id(checkpoint)]
+        if not streams:
+            return None
+        topics = [self.topic(*stream) for stream in streams]
+
+        def open_all():
+            for t in topics:
+                try:
+                    t._ready()
+                except Exception as exc:  # noqa: BLE001 - the batch's own write tries again
+                    log.warning("%s: could not open the Kafka transaction ahead of the first batch: %s", t.stream, exc)
+
+        thread = threading.Thread(target=open_all, name=f"{JOB}-open-transactions", daemon=True)
+        thread.start()
+        return thread
 
     def topic(self, stream: str, topic: str, checkpoint) -> TransactionalTopic:
         if stream not in self._topics:
@@ -258,7 +283,7 @@ class Sinks:
 
     def decisions(self, batch_df, batch_id: int) -> None:
         clock = Stages()
-        table = scored_table(batch_df, self.o.threshold)
+        table = scored_table(batch_df)
         clock.lap("compute_ms")
         if table.num_rows == 0:
             return

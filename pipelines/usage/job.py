@@ -28,7 +28,6 @@ import logging
 import os
 import shutil
 import signal
-import sys
 import threading
 
 from controlplane import fencing, ledger
@@ -40,7 +39,7 @@ from infra.contracts import GUARANTEES
 from pipelines import guarantees
 from pipelines.engine import checkpoints
 from pipelines.engine.runner import EXIT_FENCED, EXIT_SUPERSEDED, QueryRunner
-from pipelines.engine.standby import Heartbeat, listen, wait_for_takeover
+from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
 from pipelines.guarantees import Guarantee
 from pipelines.hooks import Faults
 from pipelines.restarts import first_line
@@ -142,8 +141,7 @@ class UsageJob:
             db = self.store_for(name)
             batch = checkpoints.ledger_batch(name, checkpoint, batch_id)
             failing = self.faults.take_task_failure(policy.name)
-            aggs = [F.count(F.lit(1)).alias("n"),
-                    F.coalesce(F.sum(F.col("is_fraud").cast("long")), F.lit(0)).alias("f")]
+            aggs = count_columns()
             if failing is not None:
                 msg = f"task-failure injected into {name} batch {batch_id}"
                 aggs.append(F.sum(F.coalesce(F.raise_error(F.lit(msg)).cast("long"), F.lit(0))).alias("x"))
@@ -170,7 +168,7 @@ class UsageJob:
 
     # -- starting and restarting queries -----------------------------------------------------------
     def start_query(self, policy: Guarantee, restart: bool = False):
-        from pipelines.engine.sources import parse_decisions, read_kafka
+        from pipelines.engine.sources import read_kafka
 
         s = self.s
         checkpoint = checkpoint_dir(s, policy.query)
@@ -187,12 +185,8 @@ class UsageJob:
             elif self.amo_from_earliest:
                 starting = "earliest"
         self.check_bound(policy.query, policy.keeps_checkpoint)
-        stream = parse_decisions(read_kafka(self.spark, topic, s, starting_offsets=starting,
-                                            max_offsets_per_trigger=s.usage_max_offsets))
-        stream = stream.select("txn_id", "is_fraud", "kafka_ts")  # only these cross the shuffle
-        if policy.dedupes_input:
-            stream = (stream.withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
-                      .dropDuplicatesWithinWatermark(["txn_id"]))
+        stream = counted_stream(read_kafka(self.spark, topic, s, starting_offsets=starting,
+                                           max_offsets_per_trigger=s.usage_max_offsets), s, policy)
         return (stream.writeStream.queryName(policy.query)
                 .foreachBatch(self.batch_handler(policy))
                 .option("checkpointLocation", str(checkpoint))
@@ -223,13 +217,20 @@ class UsageJob:
         # no empty batches just to move a watermark: the sinks need no eviction output
         self.spark = get_spark("cardstream-usage", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
         starters = self.starters()
-        metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
         if standby:
             record_ui(self.db, f"{JOB}-standby", self.spark)
             warm_up(self.spark, s, s.topics.decisions)
+            if s.standby_rehearsal:
+                try:
+                    rehearse(self.spark, s, self.policies, self.windows,
+                             cancel=lambda: PROMOTED.is_set() or self.stopping.is_set())
+                except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
+                    log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
             if not wait_for_takeover(self.db, JOB, s.lease_ttl_seconds, self.stopping):
                 self.shutdown()
                 return 0
+        # after the standby's rehearsal: its batches are no batches of the job's
+        metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
         self.epoch = fencing.take_lease(self.db, JOB)
         record_ui(self.db, JOB, self.spark)
         self.heartbeat = Heartbeat(s.store_path, JOB, self.epoch)
@@ -255,6 +256,54 @@ class UsageJob:
                     shutil.rmtree(checkpoint_dir(self.s, p.query), ignore_errors=True)
         if self.spark is not None:
             self.spark.stop()
+
+
+def count_columns() -> list:
+    """A guarantee query's batch, aggregated in the JVM: n (decisions) and f (of them fraud)."""
+    from pyspark.sql import functions as F
+
+    return [F.count(F.lit(1)).alias("n"), F.coalesce(F.sum(F.col("is_fraud").cast("long")), F.lit(0)).alias("f")]
+
+
+def counted_stream(source, s: Settings, policy: Guarantee):
+    """Kafka rows of `decisions` -> what a guarantee's query counts (deduplicated by txn_id when
+    the guarantee says so)."""
+    from pipelines.engine.sources import parse_decisions
+
+    stream = parse_decisions(source, s=s).select("txn_id", "is_fraud", "kafka_ts")  # only these cross the shuffle
+    if policy.dedupes_input:
+        stream = (stream.withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
+                  .dropDuplicatesWithinWatermark(["txn_id"]))
+    return stream
+
+
+def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeout_s: float = 180.0,
+             cancel=lambda: False) -> bool:
+    """A standby's dress rehearsal (pipelines/engine/rehearsal.py): every query of the job — one
+    per guarantee and the windows — started at once as at a takeover, over 32 scratch decisions,
+    each batch aggregated as its sink aggregates it; nothing reaches the store."""
+    import time
+
+    from infra.contracts import DECISION_FIELDS
+    from pipelines.engine.rehearsal import kafka_rows, run_to_end, scratch_stream
+    from pipelines.usage import windows as W
+
+    now = int(time.time() * 1000)
+    decisions = [{**{k: None for k in DECISION_FIELDS}, "txn_id": f"rehearsal-{i}", "card_id": f"card-{i % 8}",
+                  "merchant_id": "m-rehearsal", "amount_cents": 1_000 + i, "event_time": now - (32 - i) * 1000,
+                  "produced_at": now - 100, "decided_at": now - 50, "score": 0.1, "is_fraud": i % 5 == 0,
+                  "is_late": False} for i in range(32)]
+    rows = kafka_rows([(d["txn_id"].encode(), json.dumps(d).encode()) for d in decisions], now)
+    with scratch_stream(spark, s, rows, JOB) as (source, tmp):
+        plans = {p.query: (counted_stream(source, s, p), lambda df, _: df.agg(*count_columns()).collect())
+                 for p in policies}
+        if windows:
+            plans[W.QUERY] = (W.windowed_stream(source, s),
+                              lambda df, _: W.batch_results(df, None, s.session_gap_seconds))
+        queries = [frame.writeStream.queryName(f"{name}-rehearsal").foreachBatch(handle)
+                   .option("checkpointLocation", f"{tmp}/{name}").trigger(availableNow=True).start()
+                   for name, (frame, handle) in plans.items()]
+        return run_to_end(queries, timeout_s, cancel)
 
 
 def _safe_count(df) -> int:

@@ -149,18 +149,25 @@ def merge_session(conn, w: WindowRow, ts: int) -> None:
                  "VALUES ('session', ?, ?, ?, ?, ?, ?)", (w.key, start, end, n, f, ts))
 
 
+def windowed_stream(source, s: Settings):
+    """Kafka rows of `decisions` -> what the windows query aggregates (deduplicated by txn_id)."""
+    from pipelines.engine.sources import parse_decisions
+
+    return (parse_decisions(source, s=s)
+            .withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
+            .dropDuplicatesWithinWatermark(["txn_id"])
+            .select("card_id", "event_time", "event_ts", "is_fraud"))
+
+
 def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: str | None = None,
                 topic: str | None = None, trigger_seconds: float | None = None):
     """Start the windows query on `decisions` (its own durable checkpoint under checkpoint_root)."""
     from pipelines.engine.checkpoints import ledger_batch
-    from pipelines.engine.sources import parse_decisions, read_kafka
+    from pipelines.engine.sources import read_kafka
 
     checkpoint = checkpoint or str(s.checkpoint_root / QUERY)
-    stream = (parse_decisions(read_kafka(spark, topic or s.topics.decisions, s, starting_offsets="earliest",
-                                         max_offsets_per_trigger=s.usage_max_offsets))
-              .withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
-              .dropDuplicatesWithinWatermark(["txn_id"])
-              .select("card_id", "event_time", "event_ts", "is_fraud"))
+    stream = windowed_stream(read_kafka(spark, topic or s.topics.decisions, s, starting_offsets="earliest",
+                                        max_offsets_per_trigger=s.usage_max_offsets), s)
 
     def handle(df, batch_id):
         df.persist()

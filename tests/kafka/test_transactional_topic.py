@@ -3,6 +3,7 @@ batch with its marker, replays skipped, a newer instance fencing an older one at
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -60,3 +61,35 @@ def test_a_failed_send_aborts_the_transaction_and_raises(kafka, settings, topic)
     assert writer.write(0, records(0)), "the replay of the failed batch goes through"
     assert len(read_committed(out)) == 3
     writer.close()
+
+
+def test_a_takeover_opens_its_transactions_before_its_first_batch(kafka, settings, topic, tmp_path):
+    """`Sinks.prepare`: on a checkpoint that exists, the new instance's init_transactions (which
+    fences the old one at the broker) and its read of the markers run on their own thread before
+    any batch is written; a checkpoint not started yet has nothing to open."""
+    from pipelines.fraud.job import Options
+    from pipelines.fraud.sinks import Sinks
+
+    out, dlq, markers = topic("dec"), topic("dlq"), topic("marks")
+    checkpoint = tmp_path / "checkpoints"
+    (checkpoint / "decisions").mkdir(parents=True)
+    (checkpoint / "decisions" / "metadata").write_text(json.dumps({"id": "checkpoint-a"}))
+    old = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    assert old.write(0, records(0))
+
+    o = Options("microbatch", "earliest", False, 0.0, None, "transactions", out, dlq, checkpoint,
+                tmp_path / "store.db", 0.7, markers_topic=markers)
+    sinks = Sinks(o, settings, epoch=2)
+    opening = sinks.prepare()
+    opening.join(60)
+    assert not opening.is_alive()
+    opened = sinks._topics["fraud"]
+    assert opened.producer is not None and opened.last_committed == 0
+    assert "fraud-dlq" not in sinks._topics  # its query has not started on this checkpoint
+    with pytest.raises(Fenced):  # fenced before the new instance wrote anything
+        old.write(1, records(1))
+    assert not opened.write(0, records(0)), "the replayed batch is still skipped"
+    assert opened.write(1, records(1))
+    assert Sinks(replace(o, checkpoint=tmp_path / "fresh"), settings, epoch=1).prepare() is None
+    sinks.close()
+    old.close()

@@ -80,10 +80,13 @@ def test_the_window_follows_the_settings_and_the_processing_time(spark, settings
     assert parse_transactions(kafka_frame(spark, [payload]), settings, now_ms=NOW).first().dlq_reason is None
     assert parse_transactions(kafka_frame(spark, [payload]), narrow, now_ms=NOW).first().dlq_reason == \
         "event_time too far in the past"
-    # by default `now` is the (micro-)batch's own time
-    fresh = int(time.time() * 1000)
-    row = parse_transactions(kafka_frame(spark, [P._json(fields(t=fresh))]), settings).first()
-    assert row.dlq_reason is None
+    # by default `now` is each record's Kafka append time (NOW in kafka_frame), not the clock of
+    # the batch that reads it: a record appended at NOW is judged at NOW, however late it is read
+    wall = int(time.time() * 1000)
+    rows = parse_transactions(kafka_frame(spark, [P._json(fields(t=NOW - 1_000)), P._json(fields(t=wall))]),
+                              settings).orderBy("offset").collect()
+    assert rows[0].dlq_reason is None
+    assert rows[1].dlq_reason == "event_time too far in the future"
 
 
 DECISION = {"txn_id": "t-1", "card_id": "c-1", "merchant_id": "m-1", "amount_cents": 100, "event_time": NOW - 1000,
@@ -123,7 +126,9 @@ def test_rejected_decisions_are_not_counted_and_are_reported_per_batch(spark, se
            json.dumps({**DECISION, "event_time": int(time.time() * 1000) * 1000}).encode()]
     values = good + bad
     # a streaming source shaped like Kafka's: the rate-micro-batch source, one row per payload
-    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", len(values)).load()
+    # (its timestamp, the records' "append time" and so the parser's now, starts at the wall clock)
+    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", len(values))
+              .option("startTimestamp", int(time.time() * 1000)).load()
               .where(F.col("value") < len(values))
               .select(F.element_at(F.array(*[F.lit(v) for v in values]), (F.col("value") + 1).cast("int")).alias("value"),
                       F.lit(0).alias("partition"), F.col("value").alias("offset"), F.col("timestamp")))
