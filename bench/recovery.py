@@ -95,9 +95,12 @@ def main(argv: list[str]) -> dict:
                 [pattern]).fetchone()[0], timeout=240)
         for round_ in range(1, args.rounds + 1):
             for job in crashed:
-                if args.standby:  # crash only once the standby's session is up, as a user would see it
-                    wait_for(f"{job}'s standby", lambda: db.execute(
-                        "SELECT status FROM job_status WHERE job = ?", [f"{job}-standby"]).fetchone() == ("ready",), 240)
+                if args.standby:  # crash only once the standbys' sessions are up, as a user would see them:
+                    # one fault at a time, not while the other job's new standby starts and rehearses
+                    for other in ("fraud", "usage"):
+                        wait_for(f"{other}'s standby", lambda other=other: db.execute(
+                            "SELECT status FROM job_status WHERE job = ?", [f"{other}-standby"]).fetchone()
+                            == ("ready",), 240)
                 before = db["recoveries"].count_where("job = ?", [job])
                 command_id = commands.issue(db, "crash", job)
                 wait_for(f"the crash of {job}", lambda: db["commands"].get(command_id)["status"] != "pending", 30)

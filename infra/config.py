@@ -84,6 +84,9 @@ class Settings:
     restart_backoff_max_seconds: float = 30.0
     stop_grace_seconds: float = 30.0  # a job stopping between batches, before it is killed
     lease_ttl_seconds: float = 5.0    # a standby takes over when the active's heartbeat is this old
+    # after a takeover the next standby starts once the new active's first batch with rows
+    # committed (the two would share the CPU), or after this many seconds
+    standby_start_after_takeover_max_s: float = 30.0
     standby: bool = False             # the supervisor keeps a warm standby per job
     # the fraud standby runs its decisions plan once over a few scratch transactions while it waits
     # (pipelines.fraud.job.rehearse), so a takeover's first batch finds it all started
@@ -249,6 +252,7 @@ def load(env: dict | None = None) -> Settings:
         restart_backoff_max_seconds=_float(env, "RESTART_BACKOFF_MAX_SECONDS", 30.0),
         stop_grace_seconds=_float(env, "STOP_GRACE_SECONDS", 30.0),
         lease_ttl_seconds=_float(env, "LEASE_TTL_SECONDS", 5.0),
+        standby_start_after_takeover_max_s=_float(env, "STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS", 30.0),
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         standby_rehearsal=(env.get("STANDBY_REHEARSAL") or "1").lower() in ("1", "true", "yes", "on"),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),

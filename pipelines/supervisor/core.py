@@ -127,7 +127,11 @@ class Supervisor:
         active.started_at, active.status, active.expected_exit = standby.started_at, "running", False
         active.log_path = standby.log_path
         active.detail = f"standby pid {standby.proc.pid} took over ({why})"
-        standby.proc, standby.status, standby.restart_at = None, "starting", None
+        # the next standby waits for the takeover's first batch (start_standbys): on two cores its
+        # JVM start and rehearsal would otherwise share the CPU with that batch
+        standby.proc, standby.status, standby.after_takeover = None, "starting", True
+        standby.restart_at = time.monotonic() + self.s.standby_start_after_takeover_max_s
+        standby.detail = "starts after the takeover's first batch"
         standby.log_path = self.log_dir / f"{active.job}-standby-{active.restarts}.log"
         log.warning("%s: %s%s", active.job, active.detail, f"; old pid {old_pid}" if old_pid else "")
         self._write_status(active)
@@ -135,8 +139,12 @@ class Supervisor:
         return True
 
     def start_standbys(self) -> None:
-        """A standby starts once its job's active holds a fresh lease (else it would take it)."""
+        """A standby starts once its job's active holds a fresh lease (else it would take it), and
+        after a takeover once the new active's first batch with rows committed (its recovery is
+        measured) or STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS passed."""
         for job, standby in self.standbys.items():
+            if standby.after_takeover and not any(r.job == job for r in self.faults.recoveries):
+                standby.restart_at = None
             if standby.proc is not None:
                 if standby.proc.poll() is not None:  # it died: start another after the delay
                     standby.proc, standby.status = None, "restarting"
@@ -149,6 +157,7 @@ class Supervisor:
             age = fencing.lease_age_ms(self.db, job)
             if self.children[job].proc is not None and age is not None and age < 2000:
                 self.start(standby)
+                standby.after_takeover = False
                 standby.status, standby.detail = "standby", f"warm standby pid {standby.proc.pid}"
                 self._write_status(standby)
 

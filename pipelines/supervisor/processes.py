@@ -53,6 +53,7 @@ class Child:
     status: str = "starting"
     detail: str = ""
     expected_exit: bool = False  # killed on purpose (crash fault): restart after the plain delay
+    after_takeover: bool = False  # a standby slot emptied by a takeover: waits for its first batch
 
 
 def group_alive(pgid: int) -> bool:
