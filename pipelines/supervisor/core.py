@@ -29,7 +29,7 @@ from pipelines.restarts import Backoff
 from pipelines.supervisor.auditor import LiveAuditor
 from pipelines.supervisor.faults import FaultExecutor, argv_guarantee, with_guarantee
 from pipelines.supervisor.housekeeping import Housekeeper
-from pipelines.supervisor.processes import Child, last_line, send, spawn, stop_all
+from pipelines.supervisor.processes import Child, last_line, send, spawn, standby_waits, stop_all
 
 JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
 SPARK_JOBS = ("fraud", "usage")
@@ -143,8 +143,6 @@ class Supervisor:
         after a takeover once the new active's first batch with rows committed (its recovery is
         measured) or STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS passed."""
         for job, standby in self.standbys.items():
-            if standby.after_takeover and not any(r.job == job for r in self.faults.recoveries):
-                standby.restart_at = None
             if standby.proc is not None:
                 if standby.proc.poll() is not None:  # it died: start another after the delay
                     standby.proc, standby.status = None, "restarting"
@@ -152,7 +150,7 @@ class Supervisor:
                     standby.detail = f"exited ({last_line(standby.log_path)})"
                     self._write_status(standby)
                 continue
-            if standby.restart_at and time.monotonic() < standby.restart_at:
+            if standby_waits(standby, any(r.job == job for r in self.faults.recoveries), time.monotonic()):
                 continue
             age = fencing.lease_age_ms(self.db, job)
             if self.children[job].proc is not None and age is not None and age < 2000:

@@ -56,6 +56,16 @@ class Child:
     after_takeover: bool = False  # a standby slot emptied by a takeover: waits for its first batch
 
 
+def standby_waits(slot: Child, takeover_pending: bool, now: float) -> bool:
+    """Whether an empty standby slot must not start yet (monotonic `now`). After a takeover it
+    waits for the new active's first batch with rows (`takeover_pending`: its recovery not measured
+    yet), at most until `restart_at`, the cap; otherwise until `restart_at`, a dead standby's
+    backoff, if any."""
+    if slot.after_takeover and not takeover_pending:
+        return False
+    return slot.restart_at is not None and now < slot.restart_at
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

@@ -112,6 +112,9 @@ def test_crash_hands_over_to_the_standby_and_a_zombie_is_fenced(demo, settings):
     assert abs(rec["to_lease_s"] + rec["to_batch_s"] + rec["batch_s"] - rec["seconds"]) < 0.01, rec
 
     wait_for(lambda: status(db, "fraud-standby")[0] == "ready", 300, "the next standby's session")
+    # ... started only once the takeover's first batch had committed (not beside it on two cores)
+    started = db.execute("SELECT started_at FROM job_status WHERE job = 'fraud-standby'").fetchone()[0]
+    assert started >= rec["recovered_at"] - 500, (started, rec)
     zombie = commands.issue(db, "zombie", "fraud", seconds=3)
     wait_for(lambda: commands.get(db, zombie)["status"] in ("done", "failed"), 300, "the zombie's end")
     result = commands.get(db, zombie)["result"]
