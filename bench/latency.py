@@ -253,6 +253,8 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--simulator-linger-ms", type=int, default=0,
                    help="the simulator producer's linger (latency is counted from the broker's append, "
                         "so this only changes how many requests the broker serves)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the run's folder (the job's log, store and checkpoint) to look into")
     p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
     args = p.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
@@ -349,7 +351,9 @@ def main(argv: list[str]) -> dict:
             failure = (f"bench latency: {figures['duplicates']} transactions were decided more than once on the "
                        f"exactly-once decisions topic (read_committed); the job's log is kept at {work / 'job.log'}.")
         else:
-            clean = True  # removed once the job has stopped (it writes until then)
+            clean = not args.keep  # removed once the job has stopped (it writes until then)
+            if args.keep:
+                log(f"the run's folder is kept at {work}")
         record(s, result)
         if failure:
             print(json.dumps(result), flush=True)  # the figures stay the last stdout line

@@ -60,6 +60,7 @@ class Settings:
     spark_master: str
     shuffle_partitions: int
     trigger_seconds: float
+    usage_trigger_seconds: float
     # Store and checkpoints
     store_path: Path
     checkpoint_root: Path
@@ -141,6 +142,7 @@ class Settings:
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
     kafka_delivery_timeout_ms: int = 120_000
+    spark_fetch_max_wait_ms: int = 10
     # Validation: event_time / produced_at must be milliseconds inside [now - past, now + future]
     validation_past_seconds: int = 7 * 24 * 3600
     validation_future_seconds: int = 300
@@ -210,6 +212,7 @@ def load(env: dict | None = None) -> Settings:
         kafka_ssl_cafile=env.get("KAFKA_SSL_CAFILE") or None,
         kafka_broker_sasl_users=env.get("KAFKA_BROKER_SASL_USERS") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
+        spark_fetch_max_wait_ms=_int(env, "SPARK_KAFKA_FETCH_MAX_WAIT_MS", 10),
         validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),
         validation_future_seconds=_int(env, "VALIDATION_FUTURE_SECONDS", 300),
         max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),
@@ -234,6 +237,7 @@ def load(env: dict | None = None) -> Settings:
         spark_master=env.get("SPARK_MASTER") or (f"spark://127.0.0.1:{spark_master_port}" if cluster else "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 2),
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),
+        usage_trigger_seconds=_float(env, "USAGE_TRIGGER_SECONDS", 5.0),
         store_path=Path(env.get("CARDSTREAM_DB") or run_dir / "cardstream.db").resolve(),
         checkpoint_root=Path(env.get("CHECKPOINT_ROOT") or run_dir / "checkpoints").resolve(),
         fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),

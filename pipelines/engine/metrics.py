@@ -83,6 +83,43 @@ class ProgressRecorder(StreamingQueryListener):
     def onQueryTerminated(self, event):
         pass
 
+    @property
+    def _jlistener(self):
+        """Spark's Python listener wrapper around `JsonBridge` instead of PySpark's own bridge."""
+        from pyspark import SparkContext
+
+        if not hasattr(self, "_jlistenerobj"):
+            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(JsonBridge(self))
+        return self._jlistenerobj
+
+
+class JsonBridge:
+    """The Py4J side of a listener: each progress crosses as one JSON string (Spark's own
+    `progress.json()`). PySpark's bridge builds the progress from the Java object, one Py4J
+    round trip (with a reflective method lookup) per field, source and state operator: measured in
+    `make demo`, the usage job's listener thread spent 9 % of a core on that, the fraud job's 8 %."""
+
+    def __init__(self, listener: StreamingQueryListener):
+        self.listener = listener
+
+    def onQueryStarted(self, jevent):
+        pass
+
+    def onQueryProgress(self, jevent):
+        from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryProgress
+
+        progress = StreamingQueryProgress.fromJson(json.loads(jevent.progress().json()))
+        self.listener.onQueryProgress(QueryProgressEvent(progress=progress))
+
+    def onQueryIdle(self, jevent):
+        pass
+
+    def onQueryTerminated(self, jevent):
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
 
 def install(spark, store_path: str | Path, checkpoints: dict[str, str] | None = None) -> ProgressRecorder:
     recorder = ProgressRecorder(store_path, checkpoints)

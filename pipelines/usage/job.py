@@ -190,7 +190,7 @@ class UsageJob:
         return (stream.writeStream.queryName(policy.query)
                 .foreachBatch(self.batch_handler(policy))
                 .option("checkpointLocation", str(checkpoint))
-                .trigger(processingTime=f"{s.trigger_seconds} seconds")
+                .trigger(processingTime=f"{s.usage_trigger_seconds} seconds")
                 .start())
 
     def start_windows(self, restart: bool = False):

@@ -187,5 +187,5 @@ def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: 
 
     return (stream.writeStream.queryName(QUERY).foreachBatch(handle)
             .option("checkpointLocation", checkpoint)
-            .trigger(processingTime=f"{trigger_seconds or s.trigger_seconds} seconds")
+            .trigger(processingTime=f"{trigger_seconds or s.usage_trigger_seconds} seconds")
             .start())
