@@ -25,6 +25,7 @@ os.environ.setdefault("SPARK_MASTER_UI_PORT", "18080")
 os.environ.setdefault("SPARK_SHUFFLE_PARTITIONS", "2")
 os.environ.setdefault("TOPIC_PARTITIONS", "2")
 os.environ.setdefault("USAGE_TRIGGER_SECONDS", "1")       # the usage queries as often as the fraud job (5 s in the demo)
+os.environ.setdefault("DLQ_TRIGGER_SECONDS", "1")         # the dead-letter query too
 sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402

@@ -58,6 +58,13 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.streaming.minBatchesToRetain", str(s.min_batches_to_retain))
+        # CHECKPOINT_ROOT is a local path. Spark's default manager for it (Hadoop's FileContext)
+        # forks `readlink` four times per file it renames and `chmod` once per file it creates
+        # (Hadoop without its native library): 15 processes per batch in the offset and commit
+        # logs and each state partition's changelog, 35 ms a log and 40 ms a partition. Hadoop's
+        # FileSystem API renames with one rename(2): the same atomic file on a local disk.
+        .config("spark.sql.streaming.checkpointFileManagerClass",
+                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "true" if s.spark_ui else "false")
         # port 4040, or the next free one (jobs, standbys and tests side by side): spark.port.maxRetries

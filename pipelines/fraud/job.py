@@ -229,7 +229,8 @@ def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quaranti
         _, bad = build_scored(spark, o, s)
         return trigger(bad.writeStream.queryName(f"{JOB}-dlq")
                        .option("checkpointLocation", str(o.checkpoint / "dlq"))
-                       .foreachBatch(guard(f"{JOB}-dlq", sinks.dead_letters)), max(o.trigger_seconds, 1.0)).start()
+                       .foreachBatch(guard(f"{JOB}-dlq", sinks.dead_letters)),
+                       max(o.trigger_seconds, s.dlq_trigger_seconds)).start()
 
     return {JOB: decisions, f"{JOB}-dlq": dead_letters}
 

@@ -174,7 +174,7 @@ def job_env(base: Path, topic: str, extra: dict | None = None) -> dict:
     """The environment of a job child: its decisions topic, store and checkpoints under `base`."""
     env = dict(os.environ)
     env.update({"TOPIC_DECISIONS": topic, "CARDSTREAM_DB": str(base / "cardstream.db"),
-                "CHECKPOINT_ROOT": str(base / "checkpoints"), "TRIGGER_SECONDS": "0.5", "USAGE_TRIGGER_SECONDS": "0.5",
+                "CHECKPOINT_ROOT": str(base / "checkpoints"), "TRIGGER_SECONDS": "0.5", "USAGE_TRIGGER_SECONDS": "0.5", "DLQ_TRIGGER_SECONDS": "0.5",
                 "PYTHONPATH": str(ROOT), "SPARK_MASTER": os.environ.get("SPARK_MASTER", "local[2]"),
                 "SPARK_SHUFFLE_PARTITIONS": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "2"),
                 "SPARK_DRIVER_MEMORY": os.environ.get("SPARK_DRIVER_MEMORY", "1g")})
