@@ -1,7 +1,8 @@
 """Fetch the JVM jars CardStream runs on: the Kafka broker and the Spark-Kafka connector.
 
-Two small jars are compiled here too, against PySpark's own jars: the Kafka token shim
-(infra/shim) and the real-time fraud path's live profiles (pipelines/fraud/jvm).
+Three small jars are compiled here too, against PySpark's own jars: the Kafka token shim
+(infra/shim), the local file system without a process per file (infra/localfs) and the fraud
+job's JVM scoring and live profiles (pipelines/fraud/jvm).
 
 `python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
 there. Each folder is filled under a temporary name and renamed only when complete, with a
@@ -26,7 +27,9 @@ INFRA = ROOT / "infra"
 KINDS = ("kafka", "spark")
 SHIM_JAR = "cardstream-kafka-token-shim.jar"
 # the Java sources compiled into the Spark jar folder: {jar name: source root}
+LOCAL_FS_JAR = "cardstream-local-fs.jar"
 JAVA_JARS = {SHIM_JAR: INFRA / "shim",
+             LOCAL_FS_JAR: INFRA / "localfs",
              "cardstream-live-profiles.jar": ROOT / "pipelines" / "fraud" / "jvm"}
 MANIFEST = ".complete.json"
 NETWORK_SIGNS = ("No plugin found for prefix", "Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",

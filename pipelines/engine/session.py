@@ -22,6 +22,7 @@ from infra.jars import is_complete
 
 # the packages executors import (Python UDFs, pandas functions, the Python worker daemon)
 PY_PACKAGES = ("pipelines", "infra", "controlplane", "simulator")
+LOCAL_FS_CLASS = "cardstream.fs.NioLocalFileSystem"
 
 
 def connector_jars(s: Settings) -> list[str]:
@@ -80,7 +81,12 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.sql.warehouse.dir", str(s.run_dir / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={s.run_dir}")
     )
-    if not s.spark_master.startswith("local"):
+    if s.spark_master.startswith("local"):
+        # one JVM, whose class path holds our jars: Hadoop's local file system without a `chmod`
+        # process per file it creates (infra/localfs). Not on a cluster: an executor may open
+        # the file system before the application's jars reach its class loader.
+        builder = builder.config("spark.hadoop.fs.file.impl", LOCAL_FS_CLASS)
+    else:
         for key, value in cluster_conf(s, python_zip(s.run_dir / "pyfiles")).items():
             builder = builder.config(key, value)
     for key, value in extra_conf.items():
