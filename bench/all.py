@@ -42,6 +42,7 @@ QUICK = {
     "recovery": ["--rounds", "1"],
     "fraud-guarantees": ["--before", "10", "--after", "30"],
     "state": ["--cards", "20000", "--rounds", "3"],
+    "parse": ["--rows", "50000", "--rounds", "3"],
 }
 # figure -> the limit / peer figure it is compared with (ratios of medians)
 LIMIT_OF = {
@@ -61,7 +62,7 @@ PEER_OF = {
 # figures that describe the run rather than measure it
 NOT_FIGURES = re.compile(r"(^|\.)(events|count|cpus|partitions|producers|seed|goal_s|commit_seconds|"
                          r"latency_rate|rate|target_rate|load_average_1m|sent|labels_sent|measured|expected|"
-                         r"labelled|latency_records\..*|in_topics\..*|.*_runs\.\d+)$")
+                         r"labelled|latency_records\..*|in_topics\..*|.*_runs\.\d+)$|^parse\.(rows|valid|invalid|rounds|cores)$")
 
 
 # --- plain functions (tested without Kafka or Spark) ------------------------------------------

@@ -1,0 +1,20 @@
+"""`python -m bench parse` on the real Spark session: the frame it times holds what it says (the
+valid rows and one malformed record of the corpus every `--bad-every`), and every one of them went
+through the contract's parsing (each malformed one got a reason)."""
+from __future__ import annotations
+
+from bench import parse
+
+
+def test_the_parse_bench_times_the_rows_it_reports(spark):
+    out = parse.main(["--rows", "1200", "--rounds", "1", "--bad-every", "6"])
+    assert (out["valid"], out["invalid"]) == (1000, 200)
+    assert out["rows"] == 1200 and out["median_ms"] > 0 and out["cpu_us_per_row"] > 0
+
+
+def test_its_payloads_are_the_contract_and_the_corpus():
+    from simulator import patterns as P
+
+    rows = parse.payloads(40, 4, 1_750_000_000_000)
+    reasons = [P.dead_letter_reason(p, 1_750_000_000_000) for p in rows]
+    assert [r is None for r in reasons] == [i % 4 != 3 for i in range(40)]
