@@ -142,6 +142,24 @@ def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int
                          "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}}
 
 
+def companion_figures(s, topic: str, tx_appended: dict, expected: set, since_ms: int,
+                      deadline: float) -> dict:
+    """In real-time mode, the stateful companion's authoritative decisions on `topic`: how many of
+    the expected it decided (waiting for it until `deadline`) and its latency, so a companion that
+    falls behind shows in the figures instead of passing unseen."""
+    while True:
+        records = [(str(v["txn_id"]), ts) for v, ts, _ in read_records(s, topic)
+                   if v is not None and "txn_id" in v and not str(v["txn_id"]).startswith("prime-")]
+        left = len(expected - {t for t, _ in records})
+        if not left or time.monotonic() >= deadline:
+            break
+        log(f"the stateful companion: {len(expected) - left} of {len(expected)} decided; waiting")
+        time.sleep(3)
+    figures = latency_figures(tx_appended, records, expected, since_ms)
+    return {"companion_undecided": left, "companion_p50_ms": figures["p50_ms"],
+            "companion_p99_ms": figures["p99_ms"], "companion_duplicates": figures["duplicates"]}
+
+
 def read_records(s, topic: str, idle_ms: int = 3_000) -> list[tuple[dict | None, int, int]]:
     """(value as JSON or None, Kafka timestamp, timestamp type) of every committed record of
     `topic`, in topic order per partition (a transactional writer's aborted ones are never read)."""
@@ -342,11 +360,20 @@ def main(argv: list[str]) -> dict:
             result["stages_ms"] = stage_medians(work / "store.db", since_ms)
         else:
             result.update(realtime_figures([(v, ts) for v, ts, _ in out_records], tx_appended, expected, since_ms))
+            result.update(companion_figures(s, dec, tx_appended, expected, since_ms, drain_deadline))
         failure = None
         if figures["undecided"]:
             failure = (f"bench latency: {figures['undecided']} of {len(expected)} transactions were still "
                        f"undecided {args.drain_seconds:g} s after the simulator stopped (for instance "
                        f"{', '.join(figures['undecided_ids'])}); the job's log is kept at {work / 'job.log'}.")
+        elif result.get("companion_undecided"):
+            failure = (f"bench latency: the stateful companion left {result['companion_undecided']} of "
+                       f"{len(expected)} transactions undecided on {dec} {args.drain_seconds:g} s after the "
+                       f"simulator stopped: it did not keep up; the job's log is kept at {work / 'job.log'}.")
+        elif result.get("companion_duplicates"):
+            failure = (f"bench latency: the stateful companion decided {result['companion_duplicates']} "
+                       f"transactions more than once on the exactly-once topic {dec} (read_committed); the "
+                       f"job's log is kept at {work / 'job.log'}.")
         elif figures["duplicates"] and args.mode == "microbatch":
             failure = (f"bench latency: {figures['duplicates']} transactions were decided more than once on the "
                        f"exactly-once decisions topic (read_committed); the job's log is kept at {work / 'job.log'}.")

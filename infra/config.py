@@ -62,6 +62,7 @@ class Settings:
     trigger_seconds: float
     usage_trigger_seconds: float
     dlq_trigger_seconds: float
+    companion_trigger_seconds: float
     # Store and checkpoints
     store_path: Path
     checkpoint_root: Path
@@ -240,6 +241,7 @@ def load(env: dict | None = None) -> Settings:
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),
         usage_trigger_seconds=_float(env, "USAGE_TRIGGER_SECONDS", 5.0),
         dlq_trigger_seconds=_float(env, "DLQ_TRIGGER_SECONDS", 5.0),
+        companion_trigger_seconds=_float(env, "COMPANION_TRIGGER_SECONDS", 10.0),
         store_path=Path(env.get("CARDSTREAM_DB") or run_dir / "cardstream.db").resolve(),
         checkpoint_root=Path(env.get("CHECKPOINT_ROOT") or run_dir / "checkpoints").resolve(),
         fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),

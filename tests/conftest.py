@@ -26,6 +26,7 @@ os.environ.setdefault("SPARK_SHUFFLE_PARTITIONS", "2")
 os.environ.setdefault("TOPIC_PARTITIONS", "2")
 os.environ.setdefault("USAGE_TRIGGER_SECONDS", "1")       # the usage queries as often as the fraud job (5 s in the demo)
 os.environ.setdefault("DLQ_TRIGGER_SECONDS", "1")         # the dead-letter query too
+os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's stateful companion (10 s by default)
 sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402

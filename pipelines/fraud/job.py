@@ -46,7 +46,6 @@ from pipelines.hooks import Faults
 
 JOB = "fraud"
 EXIT_REFUSED = 2
-REALTIME_STATEFUL_TRIGGER_S = 5.0
 log = logging.getLogger(JOB)
 
 
@@ -386,10 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     sinks = Sinks(o, s, epoch, faults)
     sinks.prepare()
     if o.mode == "realtime":
-        # The real-time query needs the CPU, so the stateful path batches less often; its batch
-        # keeps the usual bound (MAX_OFFSETS_PER_TRIGGER), so the authoritative decisions keep up
-        # with the input (a bound of 500 a batch, before, let them fall behind above 100 tx/s).
-        o = replace(o, trigger_seconds=max(o.trigger_seconds, REALTIME_STATEFUL_TRIGGER_S))
+        # The real-time query needs the CPU, so the stateful companion (and its dead-letter query)
+        # batch less often (COMPANION_TRIGGER_SECONDS: each batch costs planning, commits and a
+        # pair of young collections whatever its size); the batch keeps the usual bound
+        # (MAX_OFFSETS_PER_TRIGGER), so the authoritative decisions keep up with the input.
+        o = replace(o, trigger_seconds=max(o.trigger_seconds, s.companion_trigger_seconds))
     poison = Poison(Streaks(s.poison_batch_failures),
                     {JOB: o.checkpoint / "decisions", f"{JOB}-dlq": o.checkpoint / "dlq"})
     quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
