@@ -142,21 +142,28 @@ def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int
                          "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}}
 
 
+def drained(s, topic: str, expected: set, deadline: float, what: str) -> list[tuple[dict, int, int]]:
+    """The decisions on `topic` (the bench's priming ones left out), read again every 3 s until
+    every expected transaction is among them or `deadline` (monotonic) passes."""
+    while True:
+        records = [(v, ts, kind) for v, ts, kind in read_records(s, topic)
+                   if v is not None and not str(v.get("txn_id", "")).startswith("prime-")]
+        missing = len(expected - {str(v.get("txn_id")) for v, _, _ in records})
+        if not missing or time.monotonic() >= deadline:
+            return records
+        log(f"{len(expected) - missing} of {len(expected)} {what}; waiting")
+        time.sleep(3)
+
+
 def companion_figures(s, topic: str, tx_appended: dict, expected: set, since_ms: int,
                       deadline: float) -> dict:
     """In real-time mode, the stateful companion's authoritative decisions on `topic`: how many of
     the expected it decided (waiting for it until `deadline`) and its latency, so a companion that
     falls behind shows in the figures instead of passing unseen."""
-    while True:
-        records = [(str(v["txn_id"]), ts) for v, ts, _ in read_records(s, topic)
-                   if v is not None and "txn_id" in v and not str(v["txn_id"]).startswith("prime-")]
-        left = len(expected - {t for t, _ in records})
-        if not left or time.monotonic() >= deadline:
-            break
-        log(f"the stateful companion: {len(expected) - left} of {len(expected)} decided; waiting")
-        time.sleep(3)
+    records = [(str(v.get("txn_id")), ts)
+               for v, ts, _ in drained(s, topic, expected, deadline, "decided by the stateful companion")]
     figures = latency_figures(tx_appended, records, expected, since_ms)
-    return {"companion_undecided": left, "companion_p50_ms": figures["p50_ms"],
+    return {"companion_undecided": figures["undecided"], "companion_p50_ms": figures["p50_ms"],
             "companion_p99_ms": figures["p99_ms"], "companion_duplicates": figures["duplicates"]}
 
 
@@ -329,14 +336,7 @@ def main(argv: list[str]) -> dict:
         expected = {str(l["txn_id"]) for l in valid}
         # let the job drain: every valid transaction must come back decided
         drain_deadline = time.monotonic() + args.drain_seconds
-        while True:
-            out_records = [(v, ts, kind) for v, ts, kind in read_records(s, out_topic)
-                           if v is not None and not str(v.get("txn_id", "")).startswith("prime-")]
-            missing = len(expected - {str(v["txn_id"]) for v, _, _ in out_records})
-            if not missing or time.monotonic() >= drain_deadline:
-                break
-            log(f"{len(expected) - missing} of {len(expected)} decided; waiting")
-            time.sleep(3)
+        out_records = drained(s, out_topic, expected, drain_deadline, "decided")
         tx_records = read_records(s, tx)
         tx_appended = appended(tx_records, tx)
         out_appended = appended(out_records, out_topic)  # checks the stamp type

@@ -9,7 +9,7 @@ from bench import parse
 def test_the_parse_bench_times_the_rows_it_reports(spark):
     out = parse.main(["--rows", "1200", "--rounds", "1", "--bad-every", "6"])
     assert (out["valid"], out["invalid"]) == (1000, 200)
-    assert out["rows"] == 1200 and out["median_ms"] > 0 and out["cpu_us_per_row"] > 0
+    assert out["rows"] == 1200 and out["median_ms"] > 0 and out["core_us_per_row"] > 0
 
 
 def test_its_payloads_are_the_contract_and_the_corpus():
