@@ -5,6 +5,9 @@ Spark schema and its validation from here), the audit and the dashboard read the
 """
 from __future__ import annotations
 
+import json
+import math
+
 # Transaction (topic `transactions`, key = card_id, value = JSON)
 TRANSACTION_FIELDS: dict[str, type] = {
     "txn_id": str,
@@ -36,9 +39,9 @@ DECISION_MIN_EVENT_TIME_MS = 946_684_800_000
 # (MAX_OFFSETS_PER_TRIGGER x 4 KiB: 80 MB at the defaults, whatever the payloads' sizes).
 DEAD_LETTER_HEAD_BYTES = 4_096
 
-# The validation contract (pipelines/engine/sources.py applies it in Spark SQL; the simulator's
-# `dead_letter_reason` mirrors it in Python). The first rule a record breaks is its reason; rules
-# are checked in this order:
+# The validation contract (pipelines/engine/sources.py applies it in Spark SQL; `dead_letter_reason`
+# below mirrors it in Python). The first rule a record breaks is its reason; rules are checked in
+# this order:
 #   empty payload          value null or zero bytes
 #   oversized payload      more than MAX_PAYLOAD_BYTES bytes
 #   invalid UTF-8          the raw bytes are not UTF-8 (checked on the bytes, before any decoding)
@@ -99,3 +102,138 @@ GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
 # The real-time fraud path's guarantees (Spark's Kafka sink cannot be transactional there, so no
 # exactly-once): at-most-once restarts from the latest offsets, at-least-once from its checkpoint.
 RT_GUARANTEES = ("at-most-once", "at-least-once")
+
+
+# ------------------------------------------------------------------ the contract's rules, in Python
+
+class _Pairs(list):
+    """A JSON object as its (name, value) pairs, duplicates kept."""
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of objects and arrays, strings skipped."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _plain(value, *, top: bool = False):
+    """_Pairs -> dict (ValueError on a nested duplicate or a lone surrogate; a top-level duplicate
+    is reported apart)."""
+    if isinstance(value, _Pairs):
+        names = [k for k, _ in value]
+        if len(set(names)) != len(names) and not top:
+            raise ValueError("duplicate name in a nested object")
+        for k in names:
+            _plain(k)
+        return {k: _plain(v) for k, v in value}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, str) and any("\ud800" <= c <= "\udfff" for c in value):
+        raise ValueError("lone surrogate")
+    return value
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _integral(value) -> bool:
+    d = _number(value)
+    return d is not None and math.isfinite(d) and d == math.floor(d)
+
+
+def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms: int = 7 * 86_400_000,
+                       future_ms: int = 300_000) -> str | None:
+    """Why pipelines/engine/sources.py would dead-letter this payload (None: valid).
+
+    The same rules in the same order, in plain Python: the auditor judges the records it counts
+    with it, and the simulator's tests check that every malformed message is caught with its
+    reason and every valid one passes. The time window is checked only when `now_ms` (the
+    processing time) is given.
+    """
+    if not payload:
+        return "empty payload"
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        return "oversized payload"
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return "invalid UTF-8"
+    start = len(text) - len(text.lstrip(" \t\r\n"))
+    try:
+        if _depth(text) > MAX_JSON_DEPTH:
+            raise ValueError("nested too deep")
+        # like the JVM's reader: what follows the first JSON value is not read
+        raw, _ = json.JSONDecoder(object_pairs_hook=_Pairs, parse_constant=_refuse_constant).raw_decode(text, start)
+        doc = _plain(raw, top=True)
+    except (ValueError, RecursionError):
+        return "malformed JSON"
+    if isinstance(raw, _Pairs) and len({k for k, _ in raw}) != len(raw):
+        return "duplicate field"
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    for name in REQUIRED_TRANSACTION_FIELDS:
+        if doc.get(name) is None:
+            return f"missing field {name}"
+    for name, kind in TRANSACTION_FIELDS.items():
+        value = doc.get(name)
+        if value is None:
+            continue
+        if (isinstance(value, str) if kind is str else _number(value) is not None) is False:
+            return f"wrong type for {name}"
+    for name, kind in TRANSACTION_FIELDS.items():
+        value = doc.get(name)
+        if kind is not str or value is None:
+            continue
+        if name in ID_FIELDS and value.strip(" ") == "":
+            return f"empty {name}"
+        if len(value.encode("utf-8")) > MAX_ID_BYTES:
+            return f"{name} too long"
+    amount = doc["amount_cents"]
+    if not _integral(amount):
+        return "amount_cents not integral"
+    if not 0 < int(amount) <= MAX_AMOUNT_CENTS:
+        return "amount_cents out of range"
+    lat, lon = _number(doc["lat"]), _number(doc["lon"])
+    if not (math.isfinite(lat) and math.isfinite(lon)):
+        return "lat/lon not finite"
+    if abs(lat) > 90 or abs(lon) > 180:
+        return "lat/lon out of range"
+    for name in TIME_FIELDS:
+        value = doc[name]
+        if not _integral(value):
+            return f"{name} not integral"
+        if now_ms is None:
+            continue
+        n = int(value)
+        if not -2 ** 63 <= n < 2 ** 63:
+            return f"{name} too far in the future" if n > 0 else f"{name} too far in the past"
+        reason = time_reason(name, n, now_ms - past_ms, now_ms + future_ms)
+        if reason:
+            return reason
+    return None

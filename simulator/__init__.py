@@ -2,6 +2,6 @@
 
 population.py  cards and merchants (seeded);     patterns.py  amounts, fraud patterns, malformed messages
 stream.py      the seeded stream in send order;  producer.py  bulk, idempotent kafka-python producer
-partitioner.py Kafka's key -> partition, batched; control.py  commands from the store's command table
-runner.py      pacing, stamping, progress, SIGTERM flush and totals
+control.py     commands from the store's command table; runner.py  pacing, stamping, progress, SIGTERM flush and totals
+(Kafka's key -> partition, batched, is infra/partitioner.py; the contract's rules, infra/contracts.py.)
 """

@@ -30,7 +30,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
 from infra import kafka_client
-from simulator.partitioner import partitions_for
+from infra.partitioner import partitions_for
 
 # The kafka-python releases whose accumulator internals the bulk path was written against.
 BULK_TESTED = ("3.0.12",)

@@ -35,13 +35,13 @@ import numpy as np
 
 from controlplane.clock import now_ms
 from infra.config import Settings, load
+from infra.contracts import dead_letter_reason
 from pipelines import guarantees
 from pipelines.audit import paths as path_figures
 from pipelines.audit.cut import Application, lag
 from pipelines.audit.folds import Duplicates, FraudCut, UsageCut, application, in_cut
 from pipelines.audit.topics import INVALID, TopicIndex, code
 from pipelines.engine import checkpoints
-from simulator.patterns import dead_letter_reason
 
 FRAUD = "fraud"
 # the commands that kill or restart the fraud job, and so its real-time query

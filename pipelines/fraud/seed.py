@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.partitioner import partitions_for
 from pipelines.fraud.analyzers import Limits, limits_text
 
 PROFILE_COLUMNS = ("card_id", "count", "mean", "lat", "lon", "place_time", "times")
@@ -79,8 +80,6 @@ def plan(snapshot: Snapshot, earliest: dict, latest: dict, policy: str, resume: 
 
 def partition_of(card_ids: list[str], partitions: int) -> list[int]:
     """The Kafka partition each card's transactions go to (the simulator keys them by card id)."""
-    from simulator.partitioner import partitions_for
-
     if not card_ids:
         return []
     return [int(p) for p in partitions_for([c.encode() for c in card_ids], partitions)]

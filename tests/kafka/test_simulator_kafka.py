@@ -21,7 +21,10 @@ from controlplane import commands
 from controlplane.store import connect
 from infra import kafka_client
 from infra.config import ROOT
+from infra.contracts import dead_letter_reason
+from infra.partitioner import partitions_for
 from simulator import patterns as P
+from simulator.producer import Producer
 from simulator.stream import Stream
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1  # a Kafka record's timestamp_type
@@ -84,7 +87,7 @@ def test_count_and_seed_give_exactly_the_seeded_stream(kafka, topic):
     assert len(tx_a) == len(labels_a) == len(tx_b) == len(labels_b) == 6000
     # same seed, same stream: partition by partition, offset by offset (produced_at aside)
     # valid as the fraud job sees it when the record arrives (the time window included)
-    valid = lambda r: P.dead_letter_reason(r.value, now_ms=r.timestamp) is None  # noqa: E731
+    valid = lambda r: dead_letter_reason(r.value, now_ms=r.timestamp) is None  # noqa: E731
     assert [(r.partition, r.key, without_stamp(r.value) if valid(r) else r.value) for r in tx_a] == \
            [(r.partition, r.key, without_stamp(r.value) if valid(r) else r.value) for r in tx_b]
     assert [(r.partition, r.key, r.value) for r in labels_a] == [(r.partition, r.key, r.value) for r in labels_b]
@@ -183,8 +186,6 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
 
 
 def test_both_producer_paths_deliver_every_record_once_where_kafka_would_put_it(kafka, topic):
-    from simulator.partitioner import partitions_for
-    from simulator.producer import Producer
 
     for bulk in (True, False):
         # a topic that keeps the producer's own timestamps (CreateTime), unlike CardStream's

@@ -4,6 +4,7 @@ through the contract's parsing (each malformed one got a reason)."""
 from __future__ import annotations
 
 from bench import parse
+from infra.contracts import dead_letter_reason
 
 
 def test_the_parse_bench_times_the_rows_it_reports(spark):
@@ -13,8 +14,6 @@ def test_the_parse_bench_times_the_rows_it_reports(spark):
 
 
 def test_its_payloads_are_the_contract_and_the_corpus():
-    from simulator import patterns as P
-
     rows = parse.payloads(40, 4, 1_750_000_000_000)
-    reasons = [P.dead_letter_reason(p, 1_750_000_000_000) for p in rows]
+    reasons = [dead_letter_reason(p, 1_750_000_000_000) for p in rows]
     assert [r is None for r in reasons] == [i % 4 != 3 for i in range(40)]

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES
+from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES, TRANSACTION_FIELDS, dead_letter_reason
 from pipelines.engine.sources import DECISIONS_REJECTED, decision_reasons, parse_decisions, parse_transactions
 from simulator import patterns as P
 
@@ -40,7 +40,7 @@ def test_every_malformed_kind_gets_its_reason_in_spark_as_in_python(spark, setti
     assert len(rows) == len(cases)
     wrong = []
     for (kind, payload), row in zip(cases, sorted(rows, key=lambda r: r.offset)):
-        mirror = P.dead_letter_reason(payload, NOW)
+        mirror = dead_letter_reason(payload, NOW)
         expected_ok = (P.BAD_REASONS[kind] in (row.dlq_reason or "")) if kind in P.RANDOM_KINDS \
             else row.dlq_reason == P.BAD_REASONS[kind]
         if not expected_ok or row.dlq_reason != mirror:
@@ -64,7 +64,7 @@ def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(sp
     assert [r.dlq_reason for r in rows[:len(payloads)]] == [None] * len(payloads)
     assert all(r.dlq_reason is not None for r in rows[len(payloads):])
     for doc, row in zip(ok, rows):
-        for name in P.TRANSACTION_FIELDS:
+        for name in TRANSACTION_FIELDS:
             assert getattr(row, name) == doc.get(name), (name, doc, row)
     assert rows[len(ok)].amount_cents == 2500
     # the fraud job's path: only valid records reach timestamp_millis (nanoseconds would overflow it)

@@ -13,7 +13,7 @@ import pytest
 
 from infra.config import ROOT
 from simulator import evaluation as E
-from simulator.patterns import dead_letter_reason
+from infra.contracts import dead_letter_reason
 from simulator.population import CITIES, haversine_km
 
 END = 1_900_000_000_000

@@ -6,7 +6,7 @@ import pytest
 
 from pipelines.fraud import seed
 from pipelines.fraud.analyzers import DEFAULT_LIMITS
-from simulator.partitioner import partitions_for
+from infra.partitioner import partitions_for
 
 pytestmark = pytest.mark.unit
 NOW = 1_800_000_000_000

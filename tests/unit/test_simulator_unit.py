@@ -17,13 +17,13 @@ import time
 import pytest
 
 from infra.config import ROOT
-from infra.contracts import LABEL_FIELDS, TRANSACTION_FIELDS
+from infra.contracts import LABEL_FIELDS, TRANSACTION_FIELDS, dead_letter_reason
+from infra.partitioner import murmur2_many, partitions_for
 from controlplane import commands
 from pipelines.fraud.aggregator import aggregate
 from pipelines.fraud.analyzers import score_transaction
 from simulator import patterns as P
 from simulator.control import Control, apply
-from simulator.partitioner import murmur2_many, partitions_for
 from simulator.producer import _varint
 from simulator.runner import Simulator
 from simulator.stream import Stream
@@ -90,7 +90,7 @@ def test_valid_transactions_and_labels_follow_the_contracts():
             assert isinstance(doc[name], kind), (name, doc)
         assert doc["produced_at"] == T0 + 5 and doc["event_time"] == e.event_time
         assert e.key == doc["card_id"].encode() and doc["txn_id"] == e.txn_id
-        assert P.dead_letter_reason(e.value(T0)) is None
+        assert dead_letter_reason(e.value(T0)) is None
         label = json.loads(e.label)
         assert set(label) == set(LABEL_FIELDS) and label["txn_id"] == e.txn_id
         assert label["is_fraud"] == (e.pattern in FRAUD) and label["pattern"] == e.pattern
@@ -142,7 +142,7 @@ def test_every_malformed_message_is_a_dead_letter_of_its_kind():
             continue
         kind = e.pattern[4:]
         seen[kind] += 1
-        reason = P.dead_letter_reason(e.payload, now_ms=e.emit_ms)
+        reason = dead_letter_reason(e.payload, now_ms=e.emit_ms)
         assert reason is not None and P.BAD_REASONS[kind] in reason, (kind, reason, e.payload[:200])
         label = json.loads(e.label)
         assert label["txn_id"] == e.txn_id and label["is_fraud"] is False and label["is_late"] is False

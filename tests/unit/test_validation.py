@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from infra.config import load
-from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES, MAX_PAYLOAD_BYTES, time_reason
+from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES, MAX_PAYLOAD_BYTES, dead_letter_reason, time_reason
 from pipelines.fraud.sinks import DLQ_RAW_LIMIT, dead_letter
 from simulator import patterns as P
 from simulator.stream import Stream
@@ -55,7 +55,7 @@ def test_every_kind_breaks_the_contract_with_its_reason(kind):
     rng = np.random.default_rng(7)
     for _ in range(20 if kind in P.RANDOM_KINDS else 1):
         payload, has_id = P.malformed(fields(), kind, rng)
-        reason = P.dead_letter_reason(payload, NOW)
+        reason = dead_letter_reason(payload, NOW)
         if kind in P.RANDOM_KINDS:
             assert reason is not None and P.BAD_REASONS[kind] in reason, (kind, reason)
         else:
@@ -71,25 +71,25 @@ def test_valid_transactions_pass_including_the_edges_of_every_rule():
           {**fields(), "note": "extra fields are allowed"}]
     for doc in ok:
         payload = json.dumps(doc, ensure_ascii=False).encode()
-        assert P.dead_letter_reason(payload, NOW) is None, doc
-    assert P.dead_letter_reason(b"  " + P._json(fields()) + b"\n", NOW) is None
-    assert P.dead_letter_reason(P._json(fields(amount_cents=2500.0)), NOW) is None  # integral
-    assert P.dead_letter_reason(P._json(fields()).replace(b":2500,", b":2.5e3,"), NOW) is None
+        assert dead_letter_reason(payload, NOW) is None, doc
+    assert dead_letter_reason(b"  " + P._json(fields()) + b"\n", NOW) is None
+    assert dead_letter_reason(P._json(fields(amount_cents=2500.0)), NOW) is None  # integral
+    assert dead_letter_reason(P._json(fields()).replace(b":2500,", b":2.5e3,"), NOW) is None
 
 
 def test_size_is_counted_in_bytes_and_utf8_on_the_bytes():
     doc = fields()
     under = json.dumps({**doc, "note": "\u20ac" * 6000}, ensure_ascii=False).encode()
     assert len(under.decode()) < MAX_PAYLOAD_BYTES < len(under)
-    assert P.dead_letter_reason(under, NOW) == "oversized payload"
-    assert P.dead_letter_reason(b"x" * (MAX_PAYLOAD_BYTES + 1), NOW) == "oversized payload"
-    assert P.dead_letter_reason(P._json(doc).replace(b"m-1", b"m-\xe9"), NOW) == "invalid UTF-8"
-    assert P.dead_letter_reason(b"", NOW) == "empty payload" and P.dead_letter_reason(None, NOW) == "empty payload"
+    assert dead_letter_reason(under, NOW) == "oversized payload"
+    assert dead_letter_reason(b"x" * (MAX_PAYLOAD_BYTES + 1), NOW) == "oversized payload"
+    assert dead_letter_reason(P._json(doc).replace(b"m-1", b"m-\xe9"), NOW) == "invalid UTF-8"
+    assert dead_letter_reason(b"", NOW) == "empty payload" and dead_letter_reason(None, NOW) == "empty payload"
 
 
 def test_without_a_processing_time_the_window_is_not_checked():
-    assert P.dead_letter_reason(P._json(fields(t=1_700_000_000_000))) is None
-    assert P.dead_letter_reason(P._json(fields(t=1_700_000_000_000)), NOW) == "event_time too far in the past"
+    assert dead_letter_reason(P._json(fields(t=1_700_000_000_000))) is None
+    assert dead_letter_reason(P._json(fields(t=1_700_000_000_000)), NOW) == "event_time too far in the past"
 
 
 def test_labels_carry_a_payload_without_a_readable_id_as_text_or_base64():
@@ -107,7 +107,7 @@ def test_the_bad_input_fault_sends_every_kind_in_turn():
     assert kinds == list(P.BAD_KINDS) + list(P.BAD_KINDS[:3])
     for e in events:
         kind = e.pattern[4:]
-        reason = P.dead_letter_reason(e.payload, now_ms=e.event_time)
+        reason = dead_letter_reason(e.payload, now_ms=e.event_time)
         assert reason is not None and P.BAD_REASONS[kind] in reason, (kind, reason)
         label = json.loads(e.label)
         assert ("raw" in label) == (not P.has_txn_id(e.payload, e.txn_id))
@@ -123,10 +123,10 @@ def test_a_random_bad_rate_draws_every_kind_and_each_is_caught():
         if e.pattern.startswith("bad:"):
             kind = e.pattern[4:]
             seen[kind] += 1
-            reason = P.dead_letter_reason(e.payload, now_ms=e.event_time)
+            reason = dead_letter_reason(e.payload, now_ms=e.event_time)
             assert reason is not None and P.BAD_REASONS[kind] in reason, (kind, reason)
         else:
-            assert P.dead_letter_reason(e.value(e.event_time), now_ms=e.event_time) is None
+            assert dead_letter_reason(e.value(e.event_time), now_ms=e.event_time) is None
     assert set(seen) == set(P.BAD_KINDS)
 
 
