@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 # Transaction (topic `transactions`, key = card_id, value = JSON)
 TRANSACTION_FIELDS: dict[str, type] = {
@@ -27,6 +28,7 @@ MAX_AMOUNT_CENTS = 100_000_000  # one million in the card's currency
 MAX_PAYLOAD_BYTES = 16_384      # counted in bytes of the Kafka value, not characters
 MAX_ID_BYTES = 128              # txn_id, card_id, merchant_id (and currency), UTF-8 bytes
 ID_FIELDS = ("txn_id", "card_id", "merchant_id")
+CURRENCY_FORM = "[A-Z]{3}"      # ISO 4217's alphabetic code, the whole value (see the rules below)
 TIME_FIELDS = ("event_time", "produced_at")
 MAX_JSON_DEPTH = 1000           # deeper nesting is malformed JSON (the JVM's JSON parser refuses it)
 # A decision's event time was checked against the fraud job's clock when it was decided; the usage
@@ -54,6 +56,9 @@ DEAD_LETTER_HEAD_BYTES = 4_096
 #                          JSON number (a number in a string, "NaN", an object, an array, a boolean)
 #   empty F                an id that is empty or only spaces
 #   F too long             an id (or currency) longer than MAX_ID_BYTES bytes
+#   currency not ISO 4217  a currency that is not ISO 4217's form, three capital ASCII letters
+#                          ("EUR"; not "eur", "EURO", "€" or "EUR\n"). The currency stays optional:
+#                          absent or null passes (amounts are compared per card, in its own currency)
 #   amount_cents not integral / amount_cents out of range (1..MAX_AMOUNT_CENTS)
 #   lat/lon not finite / lat/lon out of range (|lat| <= 90, |lon| <= 180)
 #   T not integral         a time with a fraction
@@ -214,6 +219,9 @@ def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms
             return f"empty {name}"
         if len(value.encode("utf-8")) > MAX_ID_BYTES:
             return f"{name} too long"
+    currency = doc.get("currency")
+    if currency is not None and not re.fullmatch(CURRENCY_FORM, currency, re.ASCII):
+        return "currency not ISO 4217"
     amount = doc["amount_cents"]
     if not _integral(amount):
         return "amount_cents not integral"

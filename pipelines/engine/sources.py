@@ -24,8 +24,8 @@ from pyspark.sql import types as T
 
 from infra import kafka_client
 from infra.config import Settings, load
-from infra.contracts import (DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS, DECISION_MIN_EVENT_TIME_MS, ID_FIELDS,
-                             MAX_AMOUNT_CENTS, MAX_ID_BYTES, MAX_PAYLOAD_BYTES, REQUIRED_TRANSACTION_FIELDS,
+from infra.contracts import (CURRENCY_FORM, DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS, DECISION_MIN_EVENT_TIME_MS,
+                             ID_FIELDS, MAX_AMOUNT_CENTS, MAX_ID_BYTES, MAX_PAYLOAD_BYTES, REQUIRED_TRANSACTION_FIELDS,
                              TIME_FIELDS, TRANSACTION_FIELDS)
 
 _SPARK_TYPES = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
@@ -162,6 +162,9 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
             if n in ID_FIELDS:
                 rule = rule.when(F.length(F.trim(c(n))) == 0, F.lit(f"empty {n}"))
             rule = rule.when(F.octet_length(c(n)) > MAX_ID_BYTES, F.lit(f"{n} too long"))
+    if "currency" in fields:  # optional: null passes; Java's \A..\z is the whole value (not `$`: "EUR\n")
+        rule = rule.when(c("currency").isNotNull() & ~F.regexp_like(c("currency"), F.lit(rf"\A{CURRENCY_FORM}\z")),
+                         F.lit("currency not ISO 4217"))
     if "amount_cents" in fields:
         amount = c("amount_cents")
         rule = (rule.when(~c("_i_amount_cents"), F.lit("amount_cents not integral"))

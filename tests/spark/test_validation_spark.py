@@ -72,6 +72,16 @@ def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(sp
     assert valid.count() == len(payloads)
 
 
+def test_a_currency_gets_the_same_verdict_in_spark_as_in_python(spark, settings):
+    from tests.unit.test_validation import CURRENCIES
+
+    payloads = [json.dumps(fields(currency=c), ensure_ascii=False).encode() for c, _ in CURRENCIES]
+    rows = sorted(parse_transactions(kafka_frame(spark, payloads), settings, now_ms=NOW).collect(),
+                  key=lambda r: r.offset)
+    assert [(c, r.dlq_reason) for (c, _), r in zip(CURRENCIES, rows)] == [(c, why) for c, why in CURRENCIES]
+    assert [r.currency for r in rows[:3]] == ["EUR", "USD", "JPY"]
+
+
 def test_the_window_follows_the_settings_and_the_processing_time(spark, settings):
     from dataclasses import replace
 

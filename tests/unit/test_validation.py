@@ -77,6 +77,26 @@ def test_valid_transactions_pass_including_the_edges_of_every_rule():
     assert dead_letter_reason(P._json(fields()).replace(b":2500,", b":2.5e3,"), NOW) is None
 
 
+# a currency is ISO 4217's form or absent: (value, reason); the Spark test uses the same cases
+CURRENCIES = [
+    ("EUR", None), ("USD", None), ("JPY", None), (None, None),
+    ("\u20ac" * 8, "currency not ISO 4217"), ("eur", "currency not ISO 4217"), ("EURO", "currency not ISO 4217"),
+    ("EU", "currency not ISO 4217"), ("", "currency not ISO 4217"), ("E1R", "currency not ISO 4217"),
+    ("EUR\n", "currency not ISO 4217"), (" EUR", "currency not ISO 4217"),
+    ("\uff25\uff35\uff32", "currency not ISO 4217"),  # fullwidth capitals: letters, but not ASCII
+    ("\u00c9UR", "currency not ISO 4217"), (978, "wrong type for currency"),
+    ("E" * (MAX_ID_BYTES + 1), "currency too long"),
+]
+
+
+@pytest.mark.parametrize("currency,reason", CURRENCIES)
+def test_a_currency_is_three_capital_ascii_letters_or_absent(currency, reason):
+    payload = json.dumps(fields(currency=currency), ensure_ascii=False).encode()
+    assert dead_letter_reason(payload, NOW) == reason
+    absent = {k: v for k, v in fields().items() if k != "currency"}
+    assert dead_letter_reason(json.dumps(absent).encode(), NOW) is None
+
+
 def test_size_is_counted_in_bytes_and_utf8_on_the_bytes():
     doc = fields()
     under = json.dumps({**doc, "note": "\u20ac" * 6000}, ensure_ascii=False).encode()
