@@ -42,6 +42,8 @@ class Topics:
     markers: str = "decisions-batches"
     # the real-time fraud path's decisions (its own guarantee: at most or at least once)
     decisions_rt: str = "decisions-rt"
+    # every stateful decision's features, score and verdict (exactly once, with its decision)
+    features: str = "features"
     partitions: int = 4
 
 
@@ -69,6 +71,11 @@ class Settings:
     # Fraud scoring
     fraud_threshold: float
     state_ttl_minutes: int
+    # the feedback delay the fraud job's terminal features assume: a label counts for payments
+    # at least this many days after the labelled one (pipelines/fraud/features.py)
+    label_delay_days: int
+    # the fraud-detection handbook's dataset (python -m bench handbook, its tests)
+    handbook_data: Path
     fraud_state_buckets: int
     watermark_seconds: int
     session_gap_seconds: int
@@ -205,6 +212,7 @@ def load(env: dict | None = None) -> Settings:
             dead_letters=env.get("TOPIC_DLQ", "transactions-dlq"),
             markers=env.get("TOPIC_MARKERS", "decisions-batches"),
             decisions_rt=env.get("TOPIC_DECISIONS_RT", "decisions-rt"),
+            features=env.get("TOPIC_FEATURES", "features"),
             partitions=_int(env, "TOPIC_PARTITIONS", 4),
         ),
         kafka_security_protocol=env.get("KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT",
@@ -246,6 +254,9 @@ def load(env: dict | None = None) -> Settings:
         checkpoint_root=Path(env.get("CHECKPOINT_ROOT") or run_dir / "checkpoints").resolve(),
         fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),
         state_ttl_minutes=_int(env, "STATE_TTL_MINUTES", 24 * 60),
+        label_delay_days=_int(env, "LABEL_DELAY_DAYS", 7),
+        handbook_data=Path(env.get("HANDBOOK_DATA") or ROOT.parent / "shared" / "datasets" / "handbook"
+                           / "transactions.parquet").resolve(),
         fraud_state_buckets=_int(env, "FRAUD_STATE_BUCKETS", 64),
         watermark_seconds=_int(env, "WATERMARK_SECONDS", 30),
         session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),

@@ -1,0 +1,66 @@
+"""The features a fraud decision is made on, by name: what the fraud job computes per transaction
+in event time (per card and per terminal, in Spark state) and writes to the feature log, and what a
+model is trained on. One list, so training and serving use the same features in the same order.
+
+Windows follow the fraud-detection handbook's baseline (Le Borgne et al., ch. 3):
+- per card, over the last 1, 7 and 30 days of event time, the current payment included: the number
+  of payments and their mean amount (currency units);
+- per terminal, over 1, 7 and 30 days ending `delay` days before the payment (only labels the
+  feedback delay has let through are known): the number of payments and the share of them labelled
+  fraud (0 when there were none);
+- the payment's own calendar: weekend (Saturday, Sunday) and night (hour <= 6), in UTC.
+"""
+from __future__ import annotations
+
+WINDOW_DAYS = (1, 7, 30)
+
+CARD_FEATURES = tuple(f"c_{kind}_{d}d" for d in WINDOW_DAYS for kind in ("count", "mean"))
+TERMINAL_FEATURES = tuple(f"t_{kind}_{d}d" for d in WINDOW_DAYS for kind in ("count", "risk"))
+CALENDAR_FEATURES = ("is_weekend", "is_night")
+BASELINE_FEATURES = CALENDAR_FEATURES + CARD_FEATURES + TERMINAL_FEATURES
+NIGHT_LAST_HOUR = 6
+
+# ------------------------------------------------------------------ the wiring in the fraud job
+
+LABEL_SCHEMA = "txn_id string, merchant_id string, event_time bigint, is_fraud boolean"
+
+
+def output_ddl(input_ddl: str, names) -> str:
+    return ", ".join([input_ddl, *(f"{n} double" for n in names)])
+
+
+def labels_frame(kafka_df):
+    """Kafka rows of `labels` -> (txn_id, merchant_id, event_time, is_fraud) of the labels that can
+    feed a terminal's risk: those naming the labelled payment's terminal and time (a replayed
+    history's do; a label without them is ground truth for the audit only, not feedback)."""
+    from pyspark.sql import functions as F
+
+    parsed = F.from_json(F.col("value").cast("string"), LABEL_SCHEMA)
+    return (kafka_df.select(parsed.alias("l")).select("l.*")
+            .where(F.col("txn_id").isNotNull() & F.col("merchant_id").isNotNull()
+                   & F.col("event_time").isNotNull() & F.col("is_fraud").isNotNull()))
+
+
+def with_history(scored, labels, scored_ddl: str, ttl_ms: int, delay_days: int):
+    """Scored transactions (+ the labels stream, or None) -> the same rows + BASELINE_FEATURES,
+    in event time: card windows keyed by card, then terminal windows keyed by terminal with the
+    labels joined in (pipelines/fraud/jvm/cardstream/fraud/History.java), then the calendar."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    spark = scored.sparkSession
+    jvm = spark._jvm.cardstream.fraud.History
+    card_ddl = output_ddl(scored_ddl, CARD_FEATURES)
+    with_card = DataFrame(jvm.cardWindows(scored._jdf, card_ddl, ttl_ms), spark)
+    txns = with_card.withColumn("label_fraud", F.lit(None).cast("boolean"))
+    if labels is not None:
+        cols = {"txn_id": F.col("txn_id"), "merchant_id": F.col("merchant_id"), "event_time": F.col("event_time"),
+                "label_fraud": F.col("is_fraud")}
+        fields = {f.name: f.dataType for f in txns.schema.fields}
+        txns = txns.unionByName(labels.select(*[(cols[n] if n in cols else F.lit(None)).cast(t).alias(n)
+                                                for n, t in fields.items()]))
+    terminal_ddl = output_ddl(card_ddl, TERMINAL_FEATURES)
+    with_terminal = DataFrame(jvm.terminalWindows(txns._jdf, terminal_ddl, ttl_ms, delay_days * 86_400_000), spark)
+    ts = F.timestamp_millis("event_time")
+    return with_terminal.select("*", (F.dayofweek(ts).isin(1, 7)).cast("double").alias("is_weekend"),
+                                (F.hour(ts) <= NIGHT_LAST_HOUR).cast("double").alias("is_night"))
