@@ -37,17 +37,19 @@ import base64
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
-from infra import daemons
+from kafka.errors import KafkaError
+
+from infra import daemons, kafka_client
 from infra.config import ROOT, Settings, load
 from infra.jars import is_complete
 from infra.jvm import require_java
+from infra.kafka_client import api_versions
 
 TEMPLATE = ROOT / "infra" / "kafka" / "server.properties.template"
 LOG4J = ROOT / "infra" / "kafka" / "log4j2.properties"
@@ -57,67 +59,6 @@ STOP_TIMEOUT_S = 30
 
 class BrokerError(SystemExit):
     """A broker problem, said in one sentence."""
-
-
-def api_versions(host: str, port: int, timeout: float = 2.0) -> int | None:
-    """Number of APIs the broker at host:port announces in its ApiVersions answer, or None.
-
-    A raw ApiVersions v0 request: it tells a real, ready Kafka broker from any other listener.
-    """
-    client = b"cardstream-probe"
-    body = struct.pack(">hhih", 18, 0, 7, len(client)) + client
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            header = _read(sock, 4)
-            payload = _read(sock, struct.unpack(">i", header)[0])
-    except (OSError, struct.error):
-        return None
-    correlation, error, count = struct.unpack(">ihi", payload[:10])
-    if correlation != 7 or error != 0:
-        return None
-    return count
-
-
-def sasl_plain(host: str, port: int, username: str, password: str, timeout: float = 2.0) -> tuple[int, str] | None:
-    """(error code, message) of the broker's answer to a SASL/PLAIN login at host:port (0: accepted),
-    or None when no Kafka SASL listener answers there.
-
-    Raw SaslHandshake v1 and SaslAuthenticate v0, like `api_versions`: a refused login is then
-    said at once, where a client library retries it until its own timeout.
-    """
-    client = b"cardstream-probe"
-
-    def request(api_key: int, correlation: int, body: bytes) -> bytes:
-        msg = struct.pack(">hhih", api_key, 0 if api_key == 36 else 1, correlation, len(client)) + client + body
-        sock.sendall(struct.pack(">i", len(msg)) + msg)
-        return _read(sock, struct.unpack(">i", _read(sock, 4))[0])
-
-    token = b"\0" + username.encode() + b"\0" + password.encode()
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            answer = request(17, 1, struct.pack(">h", 5) + b"PLAIN")
-            if struct.unpack(">ih", answer[:6]) != (1, 0):
-                return None
-            answer = request(36, 2, struct.pack(">i", len(token)) + token)
-    except (OSError, struct.error):
-        return None
-    correlation, error, length = struct.unpack(">ihh", answer[:8])
-    if correlation != 2:
-        return None
-    return error, answer[8:8 + length].decode(errors="replace") if length > 0 else ""
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise OSError("connection closed")
-        data += chunk
-    return data
 
 
 def _port_open(port: int) -> bool:
@@ -380,10 +321,6 @@ def up(s: Settings | None = None, quiet: bool = False, node: int | None = None) 
 def _wait_for_members(s: Settings, deadline: float) -> None:
     """Wait until the cluster's metadata lists every node: a node answers before it is registered,
     and a topic of replication N cannot be created until N brokers are."""
-    from kafka.errors import KafkaError
-
-    from infra import kafka_client
-
     seen = 0
     while time.monotonic() < deadline:
         try:

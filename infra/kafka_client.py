@@ -3,13 +3,18 @@
 kafka-python clients (simulator, fraud sinks, audit, dashboard, tests, benches) are built here,
 and the same settings go to Spark's Kafka source and sink as `kafka.*` options, so pointing
 CardStream at a secured cluster (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_CAFILE) is
-one set of environment variables. End offsets and the broker probe are written here once, and a
-refused SASL/PLAIN login is said in one sentence when a client is built (`LoginRefused`).
+one set of environment variables. End offsets and the wire probes (`api_versions`, `sasl_plain`:
+raw Kafka requests that tell a ready broker, and a refused login, at once) are written here once,
+and a refused SASL/PLAIN login is said in one sentence when a client is built (`LoginRefused`).
 """
 from __future__ import annotations
 
+import socket
+import struct
 import time
 
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from infra.config import Settings, load
@@ -57,8 +62,6 @@ def login_error(s: Settings | None = None) -> str | None:
     kafka-python retries a refused login until its bootstrap timeout and then says only that it
     could not bootstrap; this asks the first broker that answers directly (SASL_PLAINTEXT with
     PLAIN only: other mechanisms are left to the client's own errors)."""
-    from infra.broker import sasl_plain
-
     s = s or load()
     if s.kafka_security_protocol != "SASL_PLAINTEXT" or s.kafka_sasl_mechanism != "PLAIN":
         return None
@@ -83,20 +86,14 @@ def _checked(s: Settings | None) -> dict:
 
 
 def producer(s: Settings | None = None, **overrides):
-    from kafka import KafkaProducer
-
     return KafkaProducer(**{**_checked(s), **overrides})
 
 
 def consumer(s: Settings | None = None, *topics: str, **overrides):
-    from kafka import KafkaConsumer
-
     return KafkaConsumer(*topics, **{**_checked(s), "enable_auto_commit": False, **overrides})
 
 
 def admin(s: Settings | None = None, **overrides):
-    from kafka.admin import KafkaAdminClient
-
     return KafkaAdminClient(**{**_checked(s), "client_id": "cardstream-admin", **overrides})
 
 
@@ -112,8 +109,6 @@ def partitions(c, topic: str, wait_s: float = 5.0) -> list[int]:
 
 def end_offsets(topic: str, s: Settings | None = None, c=None, wait_s: float = 5.0) -> dict[int, int]:
     """{partition: end offset} of `topic` now (empty when the topic has no partitions yet)."""
-    from kafka import TopicPartition
-
     own = c is None
     c = c or consumer(s)
     try:
@@ -130,11 +125,72 @@ def end_offsets(topic: str, s: Settings | None = None, c=None, wait_s: float = 5
 def answers(s: Settings | None = None, timeout: float = 1.0) -> bool:
     """Whether a bootstrap broker answers a Kafka ApiVersions request right now: any one of them,
     since a cluster with one broker down still serves every client."""
-    from infra.broker import api_versions
-
     s = s or load()
     for server in s.kafka_bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
         if api_versions(host, int(port), timeout=timeout):
             return True
     return False
+
+
+# ------------------------------------------------------------------ the wire probes
+
+def api_versions(host: str, port: int, timeout: float = 2.0) -> int | None:
+    """Number of APIs the broker at host:port announces in its ApiVersions answer, or None.
+
+    A raw ApiVersions v0 request: it tells a real, ready Kafka broker from any other listener.
+    """
+    client = b"cardstream-probe"
+    body = struct.pack(">hhih", 18, 0, 7, len(client)) + client
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            header = _read(sock, 4)
+            payload = _read(sock, struct.unpack(">i", header)[0])
+    except (OSError, struct.error):
+        return None
+    correlation, error, count = struct.unpack(">ihi", payload[:10])
+    if correlation != 7 or error != 0:
+        return None
+    return count
+
+
+def sasl_plain(host: str, port: int, username: str, password: str, timeout: float = 2.0) -> tuple[int, str] | None:
+    """(error code, message) of the broker's answer to a SASL/PLAIN login at host:port (0: accepted),
+    or None when no Kafka SASL listener answers there.
+
+    Raw SaslHandshake v1 and SaslAuthenticate v0, like `api_versions`: a refused login is then
+    said at once, where a client library retries it until its own timeout.
+    """
+    client = b"cardstream-probe"
+
+    def request(api_key: int, correlation: int, body: bytes) -> bytes:
+        msg = struct.pack(">hhih", api_key, 0 if api_key == 36 else 1, correlation, len(client)) + client + body
+        sock.sendall(struct.pack(">i", len(msg)) + msg)
+        return _read(sock, struct.unpack(">i", _read(sock, 4))[0])
+
+    token = b"\0" + username.encode() + b"\0" + password.encode()
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            answer = request(17, 1, struct.pack(">h", 5) + b"PLAIN")
+            if struct.unpack(">ih", answer[:6]) != (1, 0):
+                return None
+            answer = request(36, 2, struct.pack(">i", len(token)) + token)
+    except (OSError, struct.error):
+        return None
+    correlation, error, length = struct.unpack(">ihh", answer[:8])
+    if correlation != 2:
+        return None
+    return error, answer[8:8 + length].decode(errors="replace") if length > 0 else ""
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise OSError("connection closed")
+        data += chunk
+    return data

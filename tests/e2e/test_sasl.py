@@ -65,8 +65,8 @@ def wrong(env: dict):
 
 def test_the_broker_takes_sasl_plain_logins_only(sasl):
     s, _ = sasl
-    assert broker.sasl_plain("127.0.0.1", PORT, "app", "app-pw") == (0, "")
-    code, message = broker.sasl_plain("127.0.0.1", PORT, "app", "nope")
+    assert kafka_client.sasl_plain("127.0.0.1", PORT, "app", "app-pw") == (0, "")
+    code, message = kafka_client.sasl_plain("127.0.0.1", PORT, "app", "nope")
     assert code == 58 and "Authentication failed" in message  # SASL_AUTHENTICATION_FAILED
     assert kafka_client.login_error(s) is None
     props = (s.kafka_dir / "node-0" / "server.properties")
