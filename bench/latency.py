@@ -27,15 +27,19 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
+from controlplane.clock import now_ms
+from controlplane.store import connect
 from infra import broker, kafka_client
 from infra.config import ROOT, load
-from pipelines.engine.stages import STAGES
+from infra.topics import ensure_topics
+from pipelines.engine.stages import STAGES, batch_breakdowns
 
 LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
 LATENCY_COLUMNS = ("mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms", "max_ms", "measured",
@@ -207,24 +211,19 @@ def appended(records, topic: str) -> dict[str, int]:
 def stage_medians(store_path: Path, since_ms: int) -> dict:
     """Median of each stage (pipelines.engine.stages) over the fraud batches with rows committed in
     the measured window: where a stateful batch's time goes, beside the latency it makes."""
-    import statistics
-
-    from controlplane.store import connect
-    from dashboard.data.checkpoints import stage_breakdown
-
-    split = stage_breakdown(connect(store_path), limit=100_000)
-    split = split[split["ts"] >= since_ms] if not split.empty else split
-    if split.empty:
+    db = connect(store_path)
+    try:
+        split = [b for b in batch_breakdowns(db, limit=100_000) if b["ts"] >= since_ms]
+    finally:
+        db.conn.close()
+    if not split:
         return {}
-    return {"batches": len(split), "duration_ms": round(statistics.median(split["duration_ms"])),
-            **{col: round(statistics.median(split[col])) for col, _ in STAGES}}
+    return {"batches": len(split), "duration_ms": round(statistics.median(b["duration_ms"] for b in split)),
+            **{col: round(statistics.median(b[col] for b in split)) for col, _ in STAGES}}
 
 
 def record(s, result: dict) -> None:
     """Keep the run's figures in the store (`latency_runs`), where the dashboard shows them as measured."""
-    from controlplane.clock import now_ms
-    from controlplane.store import connect
-
     db = connect(s=s)
     try:
         db["latency_runs"].insert({"ts": now_ms(), **{k: result.get(k) for k in LATENCY_COLUMNS}})
@@ -284,8 +283,6 @@ def main(argv: list[str]) -> dict:
     args = p.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
         p.error("--rate and --seconds must be positive and --warmup zero or more")
-
-    from infra.topics import ensure_topics
 
     s = load()
     started_broker = not s.external_bootstrap and not broker.broker_pids(s)

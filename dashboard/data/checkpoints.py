@@ -27,7 +27,7 @@ from controlplane import ledger
 from dashboard.data.store import LEDGER_ROWS, frame, now_ms, since, to_time
 from infra.contracts import GUARANTEES
 from pipelines.engine import checkpoints
-from pipelines.engine.stages import STAGES, breakdown
+from pipelines.engine.stages import STAGES, batch_breakdowns
 from pipelines.guarantees import POLICIES
 
 WINDOWS_QUERY = "usage-windows"
@@ -51,21 +51,10 @@ def batches(db, now: int | None = None, minutes: float = 15, limit: int = 5000) 
 
 def stage_breakdown(db, query: str = "fraud", limit: int = 40) -> pd.DataFrame:
     """The newest `limit` batches with rows of `query` (oldest first), each split by stage
-    (`pipelines.engine.stages.STAGES`): Spark's durations and the sink's own laps."""
-    progress = frame(db, "SELECT batch_id, ts, num_input_rows, duration_ms, trigger_ms, commit_ms, offsets_ms, "
-                         "planning_ms FROM batch_progress WHERE query = ? AND num_input_rows > 0 "
-                         "ORDER BY ts DESC LIMIT ?", [query, limit])
-    if progress.empty:
+    (`pipelines.engine.stages.batch_breakdowns`): Spark's durations and the sink's own laps."""
+    rows = batch_breakdowns(db, query, limit)
+    if not rows:
         return pd.DataFrame(columns=["batch_id", "time", "rows", "duration_ms", *(k for k, _ in STAGES)])
-    laps = frame(db, "SELECT batch_id, ts, compute_ms, decide_ms, store_ms, kafka_ms FROM batch_stages "
-                     "WHERE query = ? AND batch_id >= ? ORDER BY ts", [query, int(progress["batch_id"].min())])
-    # a batch run again (after a restart) has a sink row per run: its newest before the progress row
-    rows = []
-    for p in progress.sort_values("ts").to_dict("records"):
-        mine = laps[(laps["batch_id"] == p["batch_id"]) & (laps["ts"] <= p["ts"])] if not laps.empty else laps
-        stages = mine.iloc[-1].to_dict() if not mine.empty else None
-        rows.append({"batch_id": p["batch_id"], "ts": p["ts"], "rows": p["num_input_rows"],
-                     "duration_ms": p["duration_ms"], **breakdown(p, stages)})
     out = pd.DataFrame(rows)
     out["time"] = to_time(out["ts"])
     return out

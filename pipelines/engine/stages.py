@@ -5,7 +5,9 @@ Spark reports a batch's trigger in parts (latestOffset, getBatch, queryPlanning,
 walCommit, commitOffsets); addBatch is the sink, and in the fraud job the sink is where the batch
 is computed (the Spark job that reads Kafka, parses, scores in the state and aggregates runs when
 the sink collects it), decided, written to the store and to Kafka. `Stages` times those inside
-the sink; `breakdown` joins both into one row per batch that adds up to the trigger's duration.
+the sink; `breakdown` joins both into one row per batch that adds up to the trigger's duration,
+and `batch_breakdowns` reads those rows back from the store (the Checkpoints page and `bench
+latency` both show them).
 """
 from __future__ import annotations
 
@@ -63,3 +65,29 @@ def breakdown(progress: dict, stages: dict | None) -> dict:
              **sink, "commit_ms": progress.get("commit_ms") or 0}
     parts["other_ms"] = max(0, (progress.get("duration_ms") or 0) - sum(parts.values()))
     return parts
+
+
+def batch_breakdowns(db, query: str = "fraud", limit: int = 40) -> list[dict]:
+    """The newest `limit` batches with rows of `query` (oldest first), each split by stage
+    (STAGES): its batch_progress row and the newest batch_stages row recorded before it (a batch
+    run again after a restart has a sink row per run), as {batch_id, ts, rows, duration_ms, *STAGES}."""
+    def rows(sql: str, args: list) -> list[dict]:
+        cursor = db.conn.execute(sql, args)
+        names = [c[0] for c in cursor.description]
+        return [dict(zip(names, r)) for r in cursor.fetchall()]
+
+    progress = rows("SELECT batch_id, ts, num_input_rows, duration_ms, trigger_ms, commit_ms, offsets_ms, "
+                    "planning_ms FROM batch_progress WHERE query = ? AND num_input_rows > 0 "
+                    "ORDER BY ts DESC LIMIT ?", [query, limit])
+    if not progress:
+        return []
+    laps: dict[int, list[dict]] = {}
+    for lap in rows("SELECT batch_id, ts, compute_ms, decide_ms, store_ms, kafka_ms FROM batch_stages "
+                    "WHERE query = ? AND batch_id >= ? ORDER BY ts", [query, min(p["batch_id"] for p in progress)]):
+        laps.setdefault(lap["batch_id"], []).append(lap)
+    out = []
+    for p in sorted(progress, key=lambda r: r["ts"]):
+        mine = [lap for lap in laps.get(p["batch_id"], []) if lap["ts"] <= p["ts"]]
+        out.append({"batch_id": p["batch_id"], "ts": p["ts"], "rows": p["num_input_rows"],
+                    "duration_ms": p["duration_ms"], **breakdown(p, mine[-1] if mine else None)})
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controlplane.store import connect
 from dashboard.data.checkpoints import stage_breakdown
-from pipelines.engine.stages import STAGES, Stages, breakdown
+from pipelines.engine.stages import STAGES, Stages, batch_breakdowns, breakdown
 
 
 def test_laps_accumulate_per_name_and_are_recorded(tmp_path):
@@ -46,3 +46,5 @@ def test_the_page_frame_takes_each_batchs_newest_laps_before_its_progress(tmp_pa
     row = split.iloc[0]
     assert (row["compute_ms"], row["kafka_ms"], row["other_ms"]) == (200, 20, 300 - 5 - 5 - 200 - 10 - 10 - 20 - 10)
     assert stage_breakdown(connect(tmp_path / "empty.db")).empty
+    # the same rows for `bench latency`, without pandas
+    assert batch_breakdowns(db) == split.drop(columns="time").to_dict("records")
