@@ -11,7 +11,7 @@ from pathlib import Path
 def scenarios() -> list[str]:
     here = Path(__file__).parent
     return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules([str(here)])
-                  if not m.name.startswith("_") and m.name != "common")
+                  if not m.name.startswith("_") and not m.ispkg and m.name != "common")
 
 
 def main(argv: list[str]) -> int:

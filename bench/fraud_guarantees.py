@@ -40,8 +40,8 @@ def log(msg: str) -> None:
 
 
 def run_one(s, guarantee: str, args) -> dict:
-    from tests.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
-    from tests.harness.jobs import wait_for
+    from bench.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
+    from bench.harness.jobs import wait_for
 
     run = RealtimeRun(s, guarantee, s.run_dir / f"bench-fraud-guarantees-{uuid.uuid4().hex[:8]}")
     feeder = None

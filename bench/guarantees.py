@@ -15,7 +15,7 @@ replays) and `upstream` (ids sent twice), and lag. No duplicates are sent unless
 
 Prints {"crash-after-sink": {"at-most-once": {"truth": …, "observed": …, "lost": …, …}, …},
 "crash": …, "sink-down": …, "upstream_duplicate_rate": R}.
-The job-process harness (JobProcess, Producer, Truth, produce, …) is tests/harness/jobs.py, which
+The job-process harness (JobProcess, Producer, Truth, produce, …) is bench/harness/jobs.py, which
 tests/e2e/test_usage_job.py drives too.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from infra.config import load
 from infra.contracts import GUARANTEES
-from tests.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, produce,
+from bench.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, produce,
                                 settled, wait_for)
 
 

@@ -22,7 +22,7 @@ from infra import cluster, daemons
 from infra.config import ROOT, load
 from infra.topics import ensure_topics
 from pipelines import audit
-from tests.harness.jobs import JobProcess, Producer, Truth, counts, job_env, settled, wait_for
+from bench.harness.jobs import JobProcess, Producer, Truth, counts, job_env, settled, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -20,7 +20,7 @@ from controlplane import store
 from infra import kafka_client
 from infra.contracts import DEAD_LETTER_HEAD_BYTES
 from simulator import patterns as P
-from tests.harness.jobs import JobProcess, counts, job_env, wait_for
+from bench.harness.jobs import JobProcess, counts, job_env, wait_for
 
 FRAUD_READY = re.compile(r"\bfraud INFO \w+ mode, epoch")
 TROUBLE = re.compile(r"failed \(|restarting it|giving up|Traceback|exits? (with|without)|OutOfMemory")

@@ -13,8 +13,8 @@ import threading
 import time
 import traceback
 
-from tests.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
-from tests.harness.jobs import wait_for
+from bench.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
+from bench.harness.jobs import wait_for
 
 RATE = 20.0
 GUARANTEES = ("at-most-once", "at-least-once")

@@ -19,7 +19,7 @@ from controlplane import commands, store
 from infra import kafka_client
 from infra.config import Topics
 from pipelines import audit
-from tests.harness.jobs import JobProcess, job_env, wait_for
+from bench.harness.jobs import JobProcess, job_env, wait_for
 
 FRAUD_READY = re.compile(r"\bfraud INFO \w+ mode, epoch")
 

@@ -21,7 +21,7 @@ from controlplane.store import connect
 from infra import broker, kafka_client
 from infra.config import ROOT, load
 from infra.topics import ensure_topics
-from tests.harness.jobs import JobProcess, counts, decision, job_env, produce, wait_for
+from bench.harness.jobs import JobProcess, counts, decision, job_env, produce, wait_for
 
 PORT, CONTROLLER_PORT = 29120, 29121
 SENT = 300

@@ -26,7 +26,7 @@ from controlplane.store import connect
 from infra.config import ROOT
 from pipelines import audit
 from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, streamlit
-from tests.harness.jobs import wait_for
+from bench.harness.jobs import wait_for
 
 pytestmark = pytest.mark.timeout(900)
 FIRST_MINUTE_MS = 60_000

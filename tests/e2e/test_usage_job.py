@@ -18,7 +18,7 @@ from controlplane.store import connect
 from infra.config import load
 from infra.topics import ensure_topics
 from pipelines import audit, guarantees
-from tests.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, log,
+from bench.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, log,
                                 produce, settled, wait_for)
 
 pytestmark = pytest.mark.timeout(240)

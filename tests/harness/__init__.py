@@ -1,1 +1,2 @@
-"""What the tests share: the browser and Streamlit runners, the seeded store, the job processes."""
+"""What the tests share: the browser and Streamlit runners and the seeded store (the job processes,
+which the benchmarks share too, are bench/harness)."""

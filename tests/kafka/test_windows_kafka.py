@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from controlplane import fencing, ledger
 from infra import kafka_client
 from pipelines.usage import windows
-from tests.harness.jobs import decision, produce
+from bench.harness.jobs import decision, produce
 
 BASE = 1_700_000_040_000  # a whole minute
 S = 1000

@@ -19,7 +19,7 @@ from pathlib import Path
 from infra import kafka_client
 from infra.config import ROOT, Settings
 from pipelines.audit.paths import Stamps
-from tests.harness.jobs import JobProcess, log, wait_for
+from bench.harness.jobs import JobProcess, log, wait_for
 
 READY = re.compile(r"\bfraud INFO realtime mode, epoch\b")
 LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
