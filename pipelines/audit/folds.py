@@ -22,6 +22,7 @@ import numpy as np
 
 from controlplane import ledger
 from pipelines.audit.cut import Application, Partition, Records, Tally, count, lag, records, sums
+from pipelines.audit.topics import code
 
 Offsets = dict[int, int]
 
@@ -181,8 +182,6 @@ class FraudCut:
         (offset, txn_id) of each partition from the last take up to end; decided(txn_ids) -> {txn_id: is_fraud}
         from the store; in_topic(codes) -> mask: in the decisions topic; label(codes) -> (known,
         is_fraud) masks."""
-        from pipelines.audit.topics import code
-
         target = _target(self.fold or self.start, committed, read_to)
         region = records(parts, self.fold or self.start, target, [], keep=valid)
         history = records(parts, self.start, self.fold or self.start, [], keep=valid)
@@ -237,4 +236,16 @@ class Duplicates:
         self.duplicated += int(again.sum()) + int(rest.size - np.unique(rest).size)
 
 
-__all__ = ["UsageCut", "FraudCut", "Duplicates", "Records", "application", "in_cut"]
+def ledger_rows(db, sink: str, after: int) -> list[dict]:
+    """The sink ledger's rows after id `after` (the ones a cut has not folded)."""
+    return [dict(r) for r in db.query("SELECT * FROM sink_batches WHERE sink = ? AND id > ? ORDER BY id", [sink, after])]
+
+
+def applications(rows: list[dict], topic: str, checkpoint_id: str | None, committed: int | None) -> list[Application]:
+    """The ledger's applied batches inside the cut: every batch of older checkpoints, and those of
+    the current checkpoint up to its committed batch (later ones are ahead of the cut)."""
+    return [application(r, topic) for r in rows if in_cut(r, checkpoint_id, committed)]
+
+
+__all__ = ["UsageCut", "FraudCut", "Duplicates", "Records", "application", "applications", "in_cut",
+           "ledger_rows"]

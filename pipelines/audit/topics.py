@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from kafka import TopicPartition
 
 from infra import kafka_client
 from pipelines.audit.cut import Partition
@@ -43,8 +44,6 @@ class TopicIndex:
     def start_at(self, since_ms: int, floors: dict[int, int] | None = None) -> None:
         """Where a restarted auditor begins: the first record appended at `since_ms`, or the
         partition's floor (a cut's unfolded records) when that is earlier."""
-        from kafka import TopicPartition
-
         c = kafka_client.consumer(self.s, group_id=None)
         try:
             parts = kafka_client.partitions(c, self.topic, wait_s=1.0)
@@ -72,8 +71,6 @@ class TopicIndex:
         order; stop when every partition is past hi or the broker gave nothing for 10 s. Returns
         where each partition's reading stood (at most hi; past control records and aborted
         transactions too)."""
-        from kafka import TopicPartition
-
         tps = {p: TopicPartition(self.topic, p) for p in ranges}
         c.assign(list(tps.values()))
         for p, tp in tps.items():
@@ -91,8 +88,6 @@ class TopicIndex:
 
     def read(self) -> "TopicIndex":
         """Read from where the last read stopped up to the end offsets taken now."""
-        from kafka import TopicPartition
-
         c = self._consumer()
         try:
             tps = [TopicPartition(self.topic, p) for p in kafka_client.partitions(c, self.topic, wait_s=1.0)]
@@ -196,3 +191,25 @@ def _txn_id(value: bytes | None) -> str | None:
     except (ValueError, TypeError, RecursionError):
         return None
     return doc["txn_id"] if isinstance(doc, dict) and isinstance(doc.get("txn_id"), str) else None
+
+
+class Lookup:
+    """Codes -> flags, for the records one index holds (sorted once per audit)."""
+
+    def __init__(self, index: TopicIndex):
+        parts = list(index.partitions().values())
+        cat = (lambda get, dt: np.concatenate([get(p) for p in parts]) if parts else np.zeros(0, dt))
+        codes = cat(lambda p: p.codes, np.int64)
+        order = np.argsort(codes, kind="stable")
+        self.codes = codes[order]
+        self.fraud = cat(lambda p: p.fraud, bool)[order]
+        self.bad = cat(lambda p: p.bad if p.bad is not None else np.zeros(len(p.codes), bool), bool)[order]
+
+    def find(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found, fraud, bad) masks for each of `codes` (fraud and bad: False where not found)."""
+        if not len(self.codes):
+            none = np.zeros(len(codes), bool)
+            return none, none, none
+        i = np.clip(np.searchsorted(self.codes, codes), 0, len(self.codes) - 1)
+        found = self.codes[i] == codes
+        return found, found & self.fraud[i], found & self.bad[i]

@@ -8,9 +8,11 @@ import json
 import numpy as np
 import pytest
 
+from infra.config import load
 from pipelines.audit import applications
 from pipelines.audit.cut import Partition, figures
-from pipelines.audit.folds import Duplicates, FraudCut, UsageCut
+from pipelines.audit.folds import Duplicates, FraudCut, UsageCut, application
+from pipelines.audit.topics import Lookup, TopicIndex, code
 from pipelines.engine.checkpoints import merge_max
 
 TOPIC = "decisions"
@@ -149,8 +151,6 @@ def test_a_cut_survives_a_restart_from_its_saved_state():
 
 
 def _apps(rows):
-    from pipelines.audit.folds import application
-
     return [application(r, TOPIC) for r in rows]
 
 
@@ -163,8 +163,6 @@ def _part(codes, offsets=None, times=None):
 @pytest.mark.unit
 def test_the_fraud_cut_counts_each_valid_transaction_once_as_it_folds():
     ids = {c: f"t{c}" for c in range(10)}
-    from pipelines.audit.topics import code
-
     codes = [code(ids[c]) for c in (0, 1, 2, 3, 1, 4, 5, 6, 7, 8)]   # t1 twice (upstream), offset 4
     part = _part(codes)
     queue = [(o, f"t{c}") for o, c in enumerate((0, 1, 2, 3, 1, 4, 5, 6, 7, 8))]
@@ -206,15 +204,11 @@ def test_duplicates_are_counted_once_as_they_are_read():
 
 @pytest.mark.unit
 def test_label_lookup_with_labels_and_with_none():
-    from infra.config import load
-    from pipelines.audit import _Lookup
-    from pipelines.audit.topics import TopicIndex
-
     index = TopicIndex(load(), "labels")
     codes = np.asarray([5, 7, 9], np.int64)
-    assert [m.tolist() for m in _Lookup(index).find(codes)] == [[False] * 3] * 3   # none read yet
+    assert [m.tolist() for m in Lookup(index).find(codes)] == [[False] * 3] * 3   # none read yet
     index._parts[0] = Partition(np.arange(3, dtype=np.int64), np.asarray([9, 5, 11], np.int64),
                                 np.asarray([True, False, True]), np.zeros(3, np.int64), np.asarray([False, True, False]))
-    found, fraud, bad = _Lookup(index).find(codes)
+    found, fraud, bad = Lookup(index).find(codes)
     assert (found.tolist(), fraud.tolist(), bad.tolist()) == ([True, False, True], [False, False, True],
                                                               [True, False, False])
