@@ -38,6 +38,7 @@ from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import warm_up
 from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
+from pipelines.fraud.features import labels_frame, with_history
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks, scored_table
@@ -67,6 +68,8 @@ class Options:
     realtime_topic: str = "decisions-rt"
     guarantee: str = "at-most-once"   # the real-time path's; the stateful path is exactly once
     standby: bool = False             # start warm, waiting for the job's lease
+    labels_topic: str = "labels"      # the feedback the terminal features learn from
+    features_topic: str = "features"  # the feature log: every decision's features, exactly once
 
 
 def parse_args(argv: list[str], s: Settings) -> Options:
@@ -85,6 +88,10 @@ def parse_args(argv: list[str], s: Settings) -> Options:
     p.add_argument("--markers-topic", default=s.topics.markers,
                    help="where each batch's marker is committed with its decisions (exactly once)")
     p.add_argument("--realtime-topic", default=s.topics.decisions_rt)
+    p.add_argument("--labels-topic", default=s.topics.labels,
+                   help="labels joined in the job (a terminal's risk): feedback, each after its delay")
+    p.add_argument("--features-topic", default=s.topics.features,
+                   help="the feature log: each decision's features, score and verdict, exactly once")
     p.add_argument("--guarantee", choices=REALTIME_GUARANTEES, default=s.fraud_rt_guarantee,
                    help="the real-time path's guarantee (real-time mode): at-most-once restarts from the "
                         "latest offsets and never replays; at-least-once restarts from its checkpoint and "
@@ -115,7 +122,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
                    a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
                    a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.realtime_batch_seconds,
-                   a.markers_topic, a.realtime_topic, a.guarantee, a.standby)
+                   a.markers_topic, a.realtime_topic, a.guarantee, a.standby, a.labels_topic,
+                   a.features_topic)
 
 
 def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
@@ -130,12 +138,18 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
                         # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a backlog drains in
                         # batches of bounded memory
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    return score(source.where(exclude) if exclude else source, s, o.threshold)
+    # the labels from the start of the topic (a terminal's risk needs the last 37 days of them),
+    # unless the job starts at the latest offsets
+    labels = read_kafka(spark, o.labels_topic, s, starting_offsets="latest" if o.starting_offsets == "latest" else "earliest",
+                        max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
+    return score(source.where(exclude) if exclude else source, s, o.threshold, labels)
 
 
-def score(source, s: Settings, threshold: float):
+def score(source, s: Settings, threshold: float, labels=None):
     """Rows shaped as Kafka's (key, value, topic, partition, offset, timestamp, timestampType) ->
-    (valid transactions scored per card with the aggregator's score and verdict, malformed records).
+    (valid transactions scored per card with the event-time features (pipelines/fraud/features.py;
+    `labels`: Kafka rows of the labels topic, the terminals' feedback) and the aggregator's score
+    and verdict, malformed records).
 
     The verdict is part of the streaming plan, planned once with it: built in the sink instead,
     its Python expression building and a second query plan cost every batch 60-80 ms."""
@@ -150,7 +164,9 @@ def score(source, s: Settings, threshold: float):
              .withWatermark("event_ts", f"{s.watermark_seconds} seconds")
              .select("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
                      "produced_at", "offset"))
-    return verdict(per_card(valid, s), threshold), bad
+    history = with_history(per_card(valid, s), labels_frame(labels) if labels is not None else None,
+                           SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days)
+    return verdict(history, threshold), bad
 
 
 def verdict(scored, threshold: float):
@@ -284,8 +300,9 @@ def check_layout(folder: Path, buckets: int, processor: str = "jvm") -> str | No
     if offsets.is_dir() and any(offsets.iterdir()):
         recorded = json.loads(record.read_text()) if record.exists() else {}
         if recorded.get("state") not in STATE_LAYOUTS.values():
-            return (f"the fraud checkpoint {folder} holds the older state of one JSON value per card bucket, "
-                    f"which this version cannot read: run `make clean` to start the state afresh")
+            return (f"the fraud checkpoint {folder} holds state of an older layout "
+                    f"({recorded.get('state') or 'one JSON value per card bucket'}), which this version cannot "
+                    f"read: run `make clean` to start the state afresh")
         if recorded["state"] != layout:
             other = next(k for k, v in STATE_LAYOUTS.items() if v == recorded["state"])
             return (f"the fraud checkpoint {folder} holds the state of FRAUD_PROCESSOR={other}, not {processor}: "
@@ -343,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         ensure_topics([o.transactions_topic, o.decisions_topic, o.dlq_topic, o.markers_topic,
-                       o.realtime_topic], s=s)
+                       o.realtime_topic, o.labels_topic, o.features_topic], s=s)
     except Exception as exc:  # kafka-python's NoBrokersAvailable and friends
         log.error("cannot reach Kafka at %s: %s", s.kafka_bootstrap, exc)
         return 2

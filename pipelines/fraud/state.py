@@ -31,8 +31,9 @@ PROFILE_DDL = ("count long, mean double, lat double, lon double, place_time long
 CARD_KEY_DDL = "card_id string"  # the map state's key under the bucket: one entry per card
 # what the state of a checkpoint holds, per processor (FRAUD_PROCESSOR), recorded beside it
 # (pipelines.fraud.job.check_layout): the pandas processor's map entry per card under its bucket,
-# or the JVM processor's value per card (keyed by card)
-STATE_LAYOUTS = {"python": "card-map", "jvm": "card-value"}
+# or the JVM processor's value per card (keyed by card); "+history": then the event-time windows
+# per card and per terminal (pipelines/fraud/features.py), two more stateful operators
+STATE_LAYOUTS = {"python": "card-map+history", "jvm": "card-value+history"}
 
 def profile_to_row(p) -> tuple:
     """CardProfile -> the map state's value tuple (PROFILE_DDL); None fields stay None."""

@@ -16,7 +16,7 @@ def started(folder):
 def test_a_fresh_checkpoint_records_its_count_and_the_same_count_passes(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
     assert check_layout(folder, 64, "python") is None
-    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 64, "state": "card-map"}
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 64, "state": "card-map+history"}
     started(folder)
     assert check_layout(folder, 64, "python") is None
 
@@ -35,21 +35,21 @@ def test_a_deleted_checkpoint_starts_afresh_with_any_count(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
     check_layout(folder, 64, "python")  # recorded, but the checkpoint never ran (or was deleted)
     assert check_layout(folder, 16, "python") is None
-    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 16, "state": "card-map"}
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text()) == {"fraud_state_buckets": 16, "state": "card-map+history"}
 
 
 def test_a_checkpoint_of_the_older_bucket_json_state_is_refused(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
     started(folder)  # started before the layout was recorded: one JSON value per bucket
     refusal = check_layout(folder, 64, "python")
-    assert refusal and "older state" in refusal and "make clean" in refusal
+    assert refusal and "older layout" in refusal and "make clean" in refusal
     assert not (tmp_path / "fraud" / "decisions-layout.json").exists()  # nothing adopted
 
 
 def test_the_jvm_processor_s_state_is_refused_to_the_pandas_one_and_back(tmp_path):
     folder = tmp_path / "fraud" / "decisions"
     assert check_layout(folder, 64, "jvm") is None
-    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text())["state"] == "card-value"
+    assert json.loads((tmp_path / "fraud" / "decisions-layout.json").read_text())["state"] == "card-value+history"
     started(folder)
     refusal = check_layout(folder, 64, "python")
     assert refusal and "FRAUD_PROCESSOR=jvm" in refusal and "make clean" in refusal and "\n" not in refusal

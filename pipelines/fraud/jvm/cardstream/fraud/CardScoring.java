@@ -90,7 +90,9 @@ public final class CardScoring {
             for (Row r : batch) {
                 long t = r.getLong(eventTime);
                 double ticket = LiveProfiles.avgTicket(c, r.getLong(amount), limits);
-                double place = LiveProfiles.proximity(c, r.getDouble(lat), r.getDouble(lon), t, limits, false);
+                // no coordinates (a replayed history without places): the proximity analyzer has no opinion
+                double place = r.isNullAt(lat) || r.isNullAt(lon) ? 0.0
+                    : LiveProfiles.proximity(c, r.getDouble(lat), r.getDouble(lon), t, limits, false);
                 double velocity = LiveProfiles.velocity(c, t, limits, false);
                 out.add(RowFactory.create(r.getString(txnId), card, r.getString(merchant), r.getLong(amount), t,
                                           r.getLong(producedAt), ticket, place, velocity, watermark > 0 && t < watermark,

@@ -1,0 +1,280 @@
+package cardstream.fraud;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.List;
+
+import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.streaming.OutputMode;
+import org.apache.spark.sql.streaming.StatefulProcessor;
+import org.apache.spark.sql.streaming.TTLConfig;
+import org.apache.spark.sql.streaming.TimeMode;
+import org.apache.spark.sql.streaming.TimerValues;
+import org.apache.spark.sql.streaming.ValueState;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * The fraud job's event-time features (pipelines/fraud/features.py names them): per card and per
+ * terminal, over 1, 7 and 30 days of event time, kept in Spark state keyed by card and by
+ * terminal. Event time is the only clock: a history replayed at thousands of transactions a second
+ * gives the features the same days would give live. Each key's state holds the event times (and
+ * amounts, or known frauds) of its last window; entries older than the longest window before the
+ * key's newest event are dropped, and Spark's TTL removes a key that has gone quiet.
+ *
+ * <p>The terminal's risk uses labels only once the feedback delay has passed: a label of a payment
+ * at time s counts for the windows (t - delay - w, t - delay], so for payments at t >= s + delay.
+ * Labels reach the operator on the same stream as the transactions (a union keyed by terminal);
+ * in a batch, labels are applied before transactions.
+ */
+public final class History {
+    private History() {}
+
+    static final long DAY_MS = 86_400_000L;
+    static final int[] WINDOW_DAYS = {1, 7, 30};
+    static final int LONGEST = 30;
+
+    /** Card windows: (count, mean amount in currency units) over (t - w days, t], current included. */
+    static double[] cardFeatures(long[] times, long[] amounts, int n, long t) {
+        double[] out = new double[2 * WINDOW_DAYS.length];
+        for (int k = 0; k < WINDOW_DAYS.length; k++) {
+            long from = t - WINDOW_DAYS[k] * DAY_MS;
+            long count = 0, sum = 0;
+            for (int i = 0; i < n; i++) {
+                if (times[i] > from && times[i] <= t) {
+                    count++;
+                    sum += amounts[i];
+                }
+            }
+            out[2 * k] = count;
+            out[2 * k + 1] = count == 0 ? 0.0 : sum / 100.0 / count;
+        }
+        return out;
+    }
+
+    /** Terminal windows: (count, share of known frauds) over (t - delay - w days, t - delay]. */
+    static double[] terminalFeatures(long[] times, int n, long[] frauds, int nf, long t, long delayMs) {
+        double[] out = new double[2 * WINDOW_DAYS.length];
+        long end = t - delayMs;
+        for (int k = 0; k < WINDOW_DAYS.length; k++) {
+            long from = end - WINDOW_DAYS[k] * DAY_MS;
+            long count = 0, fraud = 0;
+            for (int i = 0; i < n; i++) {
+                if (times[i] > from && times[i] <= end) count++;
+            }
+            for (int i = 0; i < nf; i++) {
+                if (frauds[i] > from && frauds[i] <= end) fraud++;
+            }
+            out[2 * k] = count;
+            out[2 * k + 1] = count == 0 ? 0.0 : Math.min(1.0, (double) fraud / count);
+        }
+        return out;
+    }
+
+    /** The entries of `times` (with their `values`) after `from`, in time order. */
+    static int keepAfter(long[] times, long[] values, int n, long from) {
+        int kept = 0;
+        for (int i = 0; i < n; i++) {
+            if (times[i] > from) {
+                times[kept] = times[i];
+                if (values != null) values[kept] = values[i];
+                kept++;
+            }
+        }
+        return kept;
+    }
+
+    static Row withFeatures(Row r, int drop, double[] features) {
+        int keep = r.length() - (drop >= 0 ? 1 : 0);
+        Object[] values = new Object[keep + features.length];
+        for (int i = 0, j = 0; i < r.length(); i++) {
+            if (i != drop) values[j++] = r.get(i);
+        }
+        for (int k = 0; k < features.length; k++) values[keep + k] = features[k];
+        return RowFactory.create(values);
+    }
+
+    // ------------------------------------------------------------------ per card
+
+    static final StructType CARD_STATE = new StructType()
+        .add("times", DataTypes.createArrayType(DataTypes.LongType, false))
+        .add("amounts", DataTypes.createArrayType(DataTypes.LongType, false));
+
+    /** Scored rows (card_id, event_time, amount_cents, txn_id, ...) -> the same + CARD_FEATURES. */
+    public static Dataset<Row> cardWindows(Dataset<Row> scored, String outDdl, long ttlMs) {
+        StructType out = StructType.fromDDL(outDdl);
+        StructType in = scored.schema();
+        int card = in.fieldIndex("card_id");
+        return scored
+            .groupByKey((MapFunction<Row, String>) r -> r.getString(card), Encoders.STRING())
+            .transformWithState(new CardProcessor(in, ttlMs), TimeMode.ProcessingTime(), OutputMode.Append(),
+                                Encoders.row(out));
+    }
+
+    static final class CardProcessor extends StatefulProcessor<String, Row, Row> {
+        private final long ttlMs;
+        private final int eventTime, amount, txnId;
+        private transient ValueState<Row> state;
+
+        CardProcessor(StructType in, long ttlMs) {
+            this.ttlMs = ttlMs;
+            eventTime = in.fieldIndex("event_time");
+            amount = in.fieldIndex("amount_cents");
+            txnId = in.fieldIndex("txn_id");
+        }
+
+        @Override
+        public void init(OutputMode outputMode, TimeMode timeMode) {
+            state = getHandle().getValueState("history", Encoders.row(CARD_STATE), TTLConfig.apply(Duration.ofMillis(ttlMs)));
+        }
+
+        @Override
+        public scala.collection.Iterator<Row> handleInputRows(String key, scala.collection.Iterator<Row> rows,
+                                                              TimerValues timerValues) {
+            List<Row> batch = new ArrayList<>();
+            while (rows.hasNext()) batch.add(rows.next());
+            batch.sort(Comparator.comparingLong((Row r) -> r.getLong(eventTime)).thenComparing(r -> r.getString(txnId)));
+            long[] times = new long[0], amounts = new long[0];
+            if (state.exists()) {
+                Row s = state.get();
+                times = toLongs(s.getList(0));
+                amounts = toLongs(s.getList(1));
+            }
+            int n = times.length;
+            times = Arrays.copyOf(times, n + batch.size());
+            amounts = Arrays.copyOf(amounts, n + batch.size());
+            List<Row> out = new ArrayList<>(batch.size());
+            for (Row r : batch) {
+                long t = r.getLong(eventTime);
+                n = insert(times, amounts, n, t, r.getLong(amount));
+                out.add(withFeatures(r, -1, cardFeatures(times, amounts, n, t)));
+            }
+            long newest = n > 0 ? times[n - 1] : 0;
+            n = keepAfter(times, amounts, n, newest - LONGEST * DAY_MS);
+            state.update(RowFactory.create(Arrays.copyOf(times, n), Arrays.copyOf(amounts, n)));
+            return scala.jdk.javaapi.CollectionConverters.asScala(out.iterator());
+        }
+    }
+
+    /** Insert (t, v) into the time-ordered arrays (capacity left for it), after equal times. */
+    static int insert(long[] times, long[] values, int n, long t, long v) {
+        int i = n;
+        while (i > 0 && times[i - 1] > t) {
+            times[i] = times[i - 1];
+            if (values != null) values[i] = values[i - 1];
+            i--;
+        }
+        times[i] = t;
+        if (values != null) values[i] = v;
+        return n + 1;
+    }
+
+    static long[] toLongs(List<Object> list) {
+        long[] out = new long[list.size()];
+        for (int i = 0; i < out.length; i++) out[i] = ((Number) list.get(i)).longValue();
+        return out;
+    }
+
+    // ------------------------------------------------------------------ per terminal
+
+    static final StructType TERMINAL_STATE = new StructType()
+        .add("times", DataTypes.createArrayType(DataTypes.LongType, false))
+        .add("frauds", DataTypes.createArrayType(DataTypes.LongType, false))
+        .add("fraud_ids", DataTypes.createArrayType(DataTypes.StringType, false));
+
+    /**
+     * Transactions and labels keyed by terminal (merchant_id) -> each transaction + TERMINAL_FEATURES.
+     *
+     * @param rows transactions (column `label_fraud` null) and labels (`label_fraud` set; only
+     *     txn_id, merchant_id and event_time, the labelled payment's time, are read)
+     */
+    public static Dataset<Row> terminalWindows(Dataset<Row> rows, String outDdl, long ttlMs, long delayMs) {
+        StructType out = StructType.fromDDL(outDdl);
+        StructType in = rows.schema();
+        int merchant = in.fieldIndex("merchant_id");
+        return rows
+            .groupByKey((MapFunction<Row, String>) r -> r.isNullAt(merchant) ? "" : r.getString(merchant), Encoders.STRING())
+            .transformWithState(new TerminalProcessor(in, ttlMs, delayMs), TimeMode.ProcessingTime(), OutputMode.Append(),
+                                Encoders.row(out));
+    }
+
+    static final class TerminalProcessor extends StatefulProcessor<String, Row, Row> {
+        private final long ttlMs, delayMs;
+        private final int eventTime, txnId, label;
+        private transient ValueState<Row> state;
+
+        TerminalProcessor(StructType in, long ttlMs, long delayMs) {
+            this.ttlMs = ttlMs;
+            this.delayMs = delayMs;
+            eventTime = in.fieldIndex("event_time");
+            txnId = in.fieldIndex("txn_id");
+            label = in.fieldIndex("label_fraud");
+        }
+
+        @Override
+        public void init(OutputMode outputMode, TimeMode timeMode) {
+            state = getHandle().getValueState("history", Encoders.row(TERMINAL_STATE), TTLConfig.apply(Duration.ofMillis(ttlMs)));
+        }
+
+        @Override
+        public scala.collection.Iterator<Row> handleInputRows(String key, scala.collection.Iterator<Row> rows,
+                                                              TimerValues timerValues) {
+            List<Row> txns = new ArrayList<>();
+            List<Row> labels = new ArrayList<>();
+            while (rows.hasNext()) {
+                Row r = rows.next();
+                (r.isNullAt(label) ? txns : labels).add(r);
+            }
+            long[] times = new long[0], frauds = new long[0];
+            List<String> ids = new ArrayList<>();
+            if (state.exists()) {
+                Row s = state.get();
+                times = toLongs(s.getList(0));
+                frauds = toLongs(s.getList(1));
+                ids = new ArrayList<>(s.<String>getList(2));
+            }
+            int nf = frauds.length;
+            frauds = Arrays.copyOf(frauds, nf + labels.size());
+            for (Row r : labels) {
+                if (!r.getBoolean(label) || r.isNullAt(eventTime) || r.isNullAt(txnId)) continue;
+                String id = r.getString(txnId);
+                if (ids.contains(id)) continue;  // a label delivered twice counts once
+                int before = nf;
+                nf = insert(frauds, null, nf, r.getLong(eventTime), 0);
+                ids.add(position(frauds, nf, r.getLong(eventTime), before), id);
+            }
+            txns.sort(Comparator.comparingLong((Row r) -> r.getLong(eventTime)).thenComparing(r -> r.getString(txnId)));
+            int n = times.length;
+            times = Arrays.copyOf(times, n + txns.size());
+            List<Row> out = new ArrayList<>(txns.size());
+            for (Row r : txns) {
+                long t = r.getLong(eventTime);
+                out.add(withFeatures(r, label, terminalFeatures(times, n, frauds, nf, t, delayMs)));
+                n = insert(times, null, n, t, 0);
+            }
+            long newest = Math.max(n > 0 ? times[n - 1] : 0, nf > 0 ? frauds[nf - 1] : 0);
+            long from = newest - delayMs - LONGEST * DAY_MS;
+            n = keepAfter(times, null, n, from);
+            int first = 0;
+            while (first < nf && frauds[first] <= from) first++;
+            long[] keptFrauds = Arrays.copyOfRange(frauds, first, nf);
+            List<String> keptIds = new ArrayList<>(ids.subList(first, nf));
+            state.update(RowFactory.create(Arrays.copyOf(times, n), keptFrauds, keptIds.toArray(new String[0])));
+            return scala.jdk.javaapi.CollectionConverters.asScala(out.iterator());
+        }
+
+        /** Where `insert` put time t (the last index holding t among the first n). */
+        static int position(long[] times, int n, long t, int before) {
+            for (int i = n - 1; i >= 0; i--) {
+                if (times[i] == t) return i;
+            }
+            return before;
+        }
+    }
+}
