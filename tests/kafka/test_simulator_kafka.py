@@ -186,7 +186,6 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
 
 
 def test_both_producer_paths_deliver_every_record_once_where_kafka_would_put_it(kafka, topic):
-
     for bulk in (True, False):
         # a topic that keeps the producer's own timestamps (CreateTime), unlike CardStream's
         # topics, so the stamp the bulk path encodes by hand is checked too
