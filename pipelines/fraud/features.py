@@ -19,6 +19,10 @@ TERMINAL_FEATURES = tuple(f"t_{kind}_{d}d" for d in WINDOW_DAYS for kind in ("co
 CALENDAR_FEATURES = ("is_weekend", "is_night")
 BASELINE_FEATURES = CALENDAR_FEATURES + CARD_FEATURES + TERMINAL_FEATURES
 NIGHT_LAST_HOUR = 6
+# a record of the feature log (topic `features`): the transaction, its features, the decision
+FEATURE_LOG_FIELDS = ("txn_id", "card_id", "merchant_id", "amount_cents", "event_time",
+                      *BASELINE_FEATURES, "score_avg_ticket", "score_proximity", "score_velocity", "score",
+                      "is_fraud")
 
 # ------------------------------------------------------------------ the wiring in the fraud job
 

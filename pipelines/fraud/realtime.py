@@ -51,7 +51,10 @@ def live_scores(seed_path: str):
 
     c = F.col
     return F.reflect(F.lit(LIVE_CLASS), F.lit("decide"), F.lit(seed_path), c("card_id"),
-                     c("amount_cents").cast("bigint"), c("lat").cast("double"), c("lon").cast("double"),
+                     c("amount_cents").cast("bigint"),
+                     # no coordinates (a replayed history): NaN, on which the proximity analyzer has no opinion
+                     F.coalesce(c("lat").cast("double"), F.lit(float("nan"))),
+                     F.coalesce(c("lon").cast("double"), F.lit(float("nan"))),
                      c("event_time").cast("bigint"), c("partition").cast("int"), c("offset").cast("bigint"),
                      c("produced_at").cast("bigint"))
 

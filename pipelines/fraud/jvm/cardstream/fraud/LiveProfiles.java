@@ -146,7 +146,8 @@ public final class LiveProfiles {
             Card card = stored == null ? new Card() : (fold ? stored : stored.copy());
             Limits l = seed.limits;
             double ticket = avgTicket(card, amountCents, l);
-            double place = proximity(card, lat, lon, eventTime, l, !fold);
+            // NaN: a transaction without coordinates; the proximity analyzer has no opinion on it
+            double place = Double.isNaN(lat) || Double.isNaN(lon) ? 0.0 : proximity(card, lat, lon, eventTime, l, !fold);
             double velocity = velocity(card, eventTime, l, !fold);
             if (fold) {
                 card.lastSeenMs = now;
