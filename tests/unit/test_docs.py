@@ -1,16 +1,23 @@
-"""The README's reference tables agree with the code they document (after sqlite-utils' docs tests).
+"""The docs agree with the code they document, and every link in them leads somewhere (after
+sqlite-utils' docs tests).
 
-- The "Faults" table lists exactly the catalogue's faults (`controlplane.faults.FAULTS`), each
-  with its targets, its parameters and defaults, and the catalogue's own sentence.
-- The "Configuration" table lists exactly the environment variables CardStream reads: every
-  `env.get("NAME"` / `_int(env, "NAME"` / `_float(env, "NAME"` of `infra/config.py` (read from
-  its source, so a new setting cannot go undocumented) and `CARDSTREAM_LOG_LEVEL` of
-  `infra/logs.py`, each with the default the code gives it.
+- docs/faults.md, "The catalogue": exactly the catalogue's faults (`controlplane.faults.FAULTS`), in
+  its order, each with its targets, its parameters and defaults, and the catalogue's own sentence.
+- docs/configuration.md, "Settings": exactly the environment variables CardStream reads: every
+  variable `infra/config.py` and `infra/logs.py` read (found in their source, so a new setting cannot
+  go undocumented), each with the default the code gives it.
+- README.md, docs/**/*.md and bench/RESULTS.md: every link to a file of the repository reaches one
+  that exists, and every `#anchor` a heading of its page, by GitHub's slug rules (lowercase,
+  punctuation removed, each space a hyphen, a repeated heading numbered).
+- README.md: a newcomer's page: at most 250 lines, dated only in its figures table, and no picture
+  taken over a seeded store.
 """
 from __future__ import annotations
 
 import ast
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,26 +25,35 @@ from controlplane import faults
 from infra.config import ROOT
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+RESULTS = ROOT / "bench" / "RESULTS.md"
+FAULTS_DOC = (DOCS / "faults.md", "The catalogue")
+SETTINGS_DOC = (DOCS / "configuration.md", "Settings")
 ENV_SOURCES = (ROOT / "infra" / "config.py", ROOT / "infra" / "logs.py")
-UNSET = object()       # read without a default: README says "unset"
-COMPUTED = object()    # a default computed from other settings (paths): README explains it in words
+UNSET = object()       # read without a default: the table says "unset"
+COMPUTED = object()    # a default computed from other settings (paths, the cluster): said in words
 
 
-def section(title: str) -> list[str]:
-    """The lines of the README section whose `## ` heading starts with `title`."""
-    lines = README.read_text().splitlines()
+def section(path: Path, title: str) -> list[str]:
+    """The lines of the `## ` section of `path` whose heading starts with `title`."""
+    lines = path.read_text().splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("## ") and line[3:].startswith(title)]
-    assert len(starts) == 1, f"README has {len(starts)} sections titled {title!r}"
+    assert len(starts) == 1, f"{path.relative_to(ROOT)} has {len(starts)} sections titled {title!r}"
     body = lines[starts[0] + 1:]
     end = next((i for i, line in enumerate(body) if line.startswith("## ")), len(body))
     return body[:end]
 
 
-def table(title: str, header: tuple[str, ...]) -> list[list[str]]:
+def split_row(row: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
+
+
+def table(where: tuple[Path, str], header: tuple[str, ...]) -> list[list[str]]:
     """The rows of the first table in the section, after checking its header."""
-    rows = [line for line in section(title) if line.startswith("|")]
-    assert rows, f"no table in the README section {title!r}"
-    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", row.strip())[1:-1]] for row in rows]
+    path, title = where
+    rows = [line for line in section(path, title) if line.startswith("|")]
+    assert rows, f"no table in {path.relative_to(ROOT)}, section {title!r}"
+    cells = [split_row(row) for row in rows]
     assert tuple(c.lower() for c in cells[0]) == header, cells[0]
     assert all(set(c) <= set("-: ") for c in cells[1]), "the second line is the header rule"
     for row in cells[2:]:
@@ -56,7 +72,7 @@ def ticked(text: str) -> list[str]:
 # ------------------------------------------------------------------ faults
 
 def fault_rows() -> dict[str, list[str]]:
-    rows = table("Faults", ("fault", "targets (default first)", "parameters", "what happens"))
+    rows = table(FAULTS_DOC, ("fault", "targets (default first)", "parameters", "what happens"))
     out = {}
     for row in rows:
         [kind] = ticked(row[0])
@@ -89,56 +105,98 @@ def test_each_fault_row_says_what_the_catalogue_says(kind):
 
 # ------------------------------------------------------------------ configuration
 
-def _default(call: ast.Call, parents: dict) -> object:
-    """The default the code gives a variable: the call's own default, or what follows `or`."""
-    if call.func.__class__ is ast.Name:          # _int(env, "NAME", default) / _float(...)
-        node = call.args[2]
-    elif len(call.args) > 1:                       # env.get("NAME", default)
-        node = call.args[1]
-    else:                                          # env.get("NAME") or <default>
-        parent = parents.get(call)
-        if not isinstance(parent, ast.BoolOp) or not isinstance(parent.op, ast.Or):
-            return UNSET
-        after = parent.values[parent.values.index(call) + 1:]
-        if not after:
-            return UNSET
-        node = after[0]
+def _value(node: ast.AST) -> object:
     try:
         value = eval(compile(ast.Expression(node), "<default>", "eval"), {"__builtins__": {}})  # 24 * 60
-    except NameError:
+    except (NameError, AttributeError, TypeError):
         return COMPUTED
     return UNSET if value is None else value
+
+
+def _or_default(call: ast.AST, parents: dict) -> object:
+    """`env.get("NAME") or <default>`: what follows `or`, else unset."""
+    parent = parents.get(call)
+    if not isinstance(parent, ast.BoolOp) or not isinstance(parent.op, ast.Or):
+        return UNSET
+    after = parent.values[parent.values.index(call) + 1:]
+    return _value(after[0]) if after else UNSET
+
+
+def _is_env(node: ast.AST) -> bool:
+    """`env` (the mapping config.load reads) or `os.environ`."""
+    return (isinstance(node, ast.Name) and node.id == "env") or (
+        isinstance(node, ast.Attribute) and node.attr == "environ")
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isupper():
+        return node.value
+    return None
+
+
+def reads(tree: ast.AST) -> dict[str, object]:
+    """{NAME: default} of every environment read in a module: `env.get("NAME"[, default])`,
+    `os.environ.get(...)`, `os.getenv(...)`, any helper called as `helper(env, "NAME"[, default])`
+    (`_int`, `_float`, and whatever comes next), `env["NAME"]` and `"NAME" in env`."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found: dict[str, object] = {}
+    for node in ast.walk(tree):
+        name, default = None, COMPUTED
+        if isinstance(node, ast.Call):
+            func, args = node.func, node.args
+            if isinstance(func, ast.Attribute) and func.attr == "get" and _is_env(func.value) and args:
+                name = _name(args[0])
+                default = _value(args[1]) if len(args) > 1 else _or_default(node, parents)
+            elif isinstance(func, ast.Attribute) and func.attr == "getenv" and args:
+                name = _name(args[0])
+                default = _value(args[1]) if len(args) > 1 else _or_default(node, parents)
+            elif len(args) >= 2 and _is_env(args[0]):
+                name = _name(args[1])
+                default = _value(args[2]) if len(args) > 2 else UNSET
+        elif isinstance(node, ast.Subscript) and _is_env(node.value):
+            name = _name(node.slice)
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                and any(_is_env(c) for c in node.comparators):
+            name = _name(node.left)
+        if name and (name not in found or found[name] is COMPUTED):
+            found[name] = default
+    return found
 
 
 def variables_read() -> dict[str, object]:
     """{NAME: default} of every environment variable the configuration code reads."""
     found: dict[str, object] = {}
     for path in ENV_SOURCES:
-        tree = ast.parse(path.read_text())
-        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            func = node.func
-            if isinstance(func, ast.Name) and func.id in ("_int", "_float") and len(node.args) == 3:
-                name = node.args[1]
-            elif isinstance(func, ast.Attribute) and func.attr == "get" and node.args and (
-                    (isinstance(func.value, ast.Name) and func.value.id == "env")
-                    or (isinstance(func.value, ast.Attribute) and func.value.attr == "environ")):
-                name = node.args[0]
-            else:
-                continue
-            if isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.isupper():
-                found[name.value] = _default(node, parents)
+        for name, default in reads(ast.parse(path.read_text())).items():
+            if name not in found or found[name] is COMPUTED:
+                found[name] = default
     return found
 
 
+def split_defaults(text: str) -> list[str]:
+    """The defaults of one row, one per variable: split at commas outside `code` and (brackets)."""
+    out, depth, ticks, current = [], 0, False, ""
+    for ch in text:
+        if ch == "`":
+            ticks = not ticks
+        elif not ticks and ch in "([":
+            depth += 1
+        elif not ticks and ch in ")]":
+            depth -= 1
+        if ch == "," and not ticks and depth == 0:
+            out.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return out + [current.strip()]
+
+
 def config_rows() -> list[tuple[list[str], list[str]]]:
-    """(variables, defaults) per row of the configuration table."""
+    """(variables, defaults) per row of the settings table."""
     out = []
-    for variables, defaults, what in table("Configuration", ("variable", "default", "what")):
+    for variables, defaults, what in table(SETTINGS_DOC, ("variable", "default", "what")):
         names = ticked(variables)
-        values = [d.strip() for d in defaults.split(",")] if len(names) > 1 else [defaults.strip()]
+        values = split_defaults(defaults) if len(names) > 1 else [defaults.strip()]
         assert names and what, variables
         assert len(values) == len(names), f"one default per variable: {variables} | {defaults}"
         out.append((names, values))
@@ -152,6 +210,32 @@ def test_the_parser_finds_the_settings_it_should():
     assert read["KAFKA_SECURITY_PROTOCOL"] == "PLAINTEXT" and read["KAFKA_HEAP"] == "768m"
     assert read["KAFKA_BOOTSTRAP"] is UNSET and read["CARDSTREAM_DB"] is COMPUTED
     assert read["CARDSTREAM_LOG_LEVEL"] == "INFO"
+
+
+def test_the_parser_finds_every_form_of_read():
+    source = '''
+import os
+def load(env):
+    a = env.get("A_PLAIN")
+    b = env.get("B_DEFAULT", "x")
+    c = env.get("C_OR") or 3
+    d = _bool(env, "D_HELPER", True)
+    e = env["E_REQUIRED"]
+    f = "F_FLAG" in env
+    g = os.environ.get("G_OS", "y")
+    h = os.getenv("H_GETENV")
+    i = _int(env, "I_COMPUTED", 3 if c else 1)
+    j = env.get("lower_is_not_a_setting")
+'''
+    read = reads(ast.parse(source))
+    assert read == {"A_PLAIN": UNSET, "B_DEFAULT": "x", "C_OR": 3, "D_HELPER": True, "E_REQUIRED": COMPUTED,
+                    "F_FLAG": COMPUTED, "G_OS": "y", "H_GETENV": UNSET, "I_COMPUTED": COMPUTED}
+
+
+def test_defaults_split_at_top_level_commas_only():
+    assert split_defaults("4, 1 (3 with `CLUSTER=1`), 1 (2, or more), 168") == [
+        "4", "1 (3 with `CLUSTER=1`)", "1 (2, or more)", "168"]
+    assert split_defaults("`a,b`, unset") == ["`a,b`", "unset"]
 
 
 def test_the_configuration_table_lists_exactly_the_variables_read():
@@ -171,7 +255,176 @@ def test_each_documented_default_is_the_code_s():
                 continue
             if want is UNSET:
                 assert shown == "unset", (name, shown)
+            elif isinstance(want, bool):
+                assert shown.lower() in (("1", "true", "on", "yes") if want else ("0", "false", "off", "no")), (
+                    name, shown, want)
             elif isinstance(want, (int, float)):
                 assert float(shown) == float(want), (name, shown, want)
             else:
                 assert shown == want, (name, shown, want)
+
+
+# ------------------------------------------------------------------ links and anchors
+
+def pages() -> list[Path]:
+    return [README, RESULTS, *sorted(DOCS.rglob("*.md"))]
+
+
+def without_code(text: str) -> str:
+    """The text with fenced code blocks and `code spans` blanked (line numbers kept)."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            lines.append("")
+            continue
+        lines.append("" if fenced else re.sub(r"`[^`]*`", "", line))
+    return "\n".join(lines)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its text (links and images as their text, HTML tags gone),
+    lowercase, every character but letters, digits, '_', '-' and ' ' removed, each space a '-'."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text)
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every anchor of a Markdown page: its headings' slugs (a repeated one numbered -1, -2, ...,
+    as GitHub does) and any explicit `id="..."` or `name="..."`."""
+    text = path.read_text()
+    seen: dict[str, int] = {}
+    out = set()
+    fenced = False
+    for line in text.splitlines():
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            continue
+        m = None if fenced else re.match(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    out |= set(re.findall(r"""\b(?:id|name)=["']([^"']+)["']""", text))
+    return out
+
+
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+HTML_LINK = re.compile(r"""\b(?:href|src)=["']([^"']+)["']""")
+REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M)
+
+
+def links(path: Path) -> list[tuple[int, str]]:
+    """(line, target) of every link and picture of a page: Markdown, reference-style and HTML."""
+    out = []
+    for number, line in enumerate(without_code(path.read_text()).splitlines(), start=1):
+        for pattern in (LINK, HTML_LINK, REFERENCE):
+            out += [(number, m.group(1)) for m in pattern.finditer(line)]
+    return out
+
+
+def broken(path: Path) -> list[str]:
+    """Each link of `path` that leads nowhere, said in one line."""
+    out = []
+    for number, target in links(path):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):   # http:, https:, mailto: - not ours to check
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path
+        where = f"{path.relative_to(ROOT)}:{number}: {target}"
+        if not dest.exists():
+            out.append(f"{where} (no such file)")
+        elif not dest.resolve().is_relative_to(ROOT):
+            out.append(f"{where} (outside the repository)")
+        elif anchor:
+            if dest.suffix != ".md":
+                out.append(f"{where} (an anchor into a file that is not Markdown)")
+            elif anchor not in anchors(dest):
+                out.append(f"{where} (no heading has the anchor #{anchor})")
+    return out
+
+
+def test_github_slugs():
+    assert slug("Checkpoints & state") == "checkpoints--state"
+    assert slug("The batch's waits removed") == "the-batchs-waits-removed"
+    assert slug("Real-time path, every configuration measured") == "real-time-path-every-configuration-measured"
+    assert slug("The local cluster: `make cluster-up`, `make demo CLUSTER=1`") == \
+        "the-local-cluster-make-cluster-up-make-demo-cluster1"
+    assert slug("STATE_TTL and [the docs](x.md)") == "state_ttl-and-the-docs"
+
+
+def test_repeated_headings_are_numbered(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# A\n## Runs\n```\n## Not a heading\n```\n## Runs\n### Runs\n")
+    assert anchors(page) == {"a", "runs", "runs-1", "runs-2"}
+
+
+def test_the_link_check_finds_each_kind_of_broken_link(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# Title\n\n## Part two\n")
+    (tmp_path / "pic.png").write_bytes(b"")
+    page = tmp_path / "README.md"
+    page.write_text(
+        "[ok](docs/a.md#part-two) [ok](#top) ![ok](pic.png) <img src=\"pic.png\"> [web](https://x.y/#z)\n"
+        "[bad file](docs/b.md) [bad anchor](docs/a.md#part-3) <a href=\"docs/a.md#nope\">x</a>\n"
+        "`[in code](nowhere.md)` [self](#nothing)\n\n# Top\n")
+    assert [b.split(" (")[0] for b in broken(page)] == [
+        "README.md:2: docs/b.md", "README.md:2: docs/a.md#part-3", "README.md:2: docs/a.md#nope",
+        "README.md:3: #nothing"]
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_leads_somewhere(page):
+    assert page.exists(), page
+    assert not broken(page), "\n".join(broken(page))
+
+
+def test_every_doc_page_is_linked_from_the_readme():
+    linked = {(README.parent / target.partition("#")[0]).resolve() for _, target in links(README)}
+    unlinked = [str(p.relative_to(ROOT)) for p in sorted(DOCS.glob("*.md")) if p.resolve() not in linked]
+    assert not unlinked, f"docs pages the README does not link: {unlinked}"
+
+
+# ------------------------------------------------------------------ the README
+
+# pictures taken over a seeded store (tests/browser/test_dashboard_browser.py): test evidence, never the product
+SEEDED_PICTURES = {"overview-first-batch.png", "overview-warm.png", "guarantees-after-crash.png",
+                   "guarantees-no-fault.png"}
+
+
+def test_every_picture_of_the_seeded_walk_is_listed():
+    source = (ROOT / "tests" / "browser" / "test_dashboard_browser.py").read_text()
+    named = set(re.findall(r"SHOTS / f?\"([^\"]+\.png)\"", source))
+    phases = re.findall(r"\(\"([a-z-]+)\", \[", source)  # the first-minute test's phases
+    expanded = {n.replace("{phase}", p) for n in named for p in phases} | {n for n in named if "{" not in n}
+    assert expanded and expanded <= SEEDED_PICTURES, f"a seeded picture not listed here: {expanded - SEEDED_PICTURES}"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_shows_a_seeded_picture(page):
+    shown = [(n, t) for n, t in links(page) if Path(t.partition("#")[0]).name in SEEDED_PICTURES]
+    assert not shown, f"{page.relative_to(ROOT)} shows pictures of a seeded store as the product: {shown}"
+
+
+def test_the_readme_is_a_newcomer_s_page():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move the detail to docs/"
+    figures = set(section(README, "Figures"))
+    dated = [line for line in lines if re.search(r"\b20\d\d-\d\d-\d\d\b", line) and line not in figures]
+    assert not dated, "the README is dated only in its figures table (the rest goes to bench/RESULTS.md):\n" + \
+        "\n".join(dated)
+
+
+def test_each_readme_figure_links_to_its_section_of_the_results():
+    rows = table((README, "Figures"), ("figure", "measured", "goal", "when", "details"))
+    assert rows
+    for row in rows:
+        targets = [t for _, t in links_in(row[-1])]
+        assert targets and all(t.startswith("bench/RESULTS.md#") for t in targets), row
+
+
+def links_in(text: str) -> list[tuple[int, str]]:
+    return [(0, m.group(1)) for m in LINK.finditer(text)]
