@@ -7,6 +7,11 @@ query id in the checkpoint's `metadata` file) and its batch id, and carries its 
 range from Spark's offset log: the auditor checks each sink against exactly the input records its
 applications covered, and tells the query's own replays (the same batch applied twice) from
 duplicates in the input.
+
+A replay is skipped only when it is the same batch: the same batch id of the same checkpoint over
+the same Kafka range. A checkpoint restored from a backup, or with part of its offset and commit
+logs deleted, plans its next batch ids again over other ranges; such a batch is refused
+(`ReusedBatch`, one sentence) instead of being skipped as if its records were applied.
 """
 from __future__ import annotations
 
@@ -44,14 +49,78 @@ def record(conn, batch: Batch, outcome: str, epoch: int, reason: str | None = No
                   (reason or "")[:500] or None, epoch, now_ms()))
 
 
-def apply_once(conn, batch: Batch, epoch: int) -> bool:
+FIX = "run `make clean` to clear the store and the checkpoints together"
+
+
+def _offsets(value) -> dict:
+    """{topic: {partition (int): offset (int)}} from a Batch's dict or a stored JSON text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in value.items() if isinstance(parts, dict)}
+
+
+def _differ(a: dict, b: dict) -> bool:
+    """Two offset maps that are both known and not the same (an unknown side proves nothing)."""
+    return bool(a) and bool(b) and a != b
+
+
+def describe_range(start, end) -> str:
+    """`decisions 0:120-180, 1:40-40`: a batch's Kafka range as a person reads it."""
+    start, end = _offsets(start), _offsets(end)
+    out = []
+    for topic in sorted(set(start) | set(end)):
+        parts = sorted(set(start.get(topic, {})) | set(end.get(topic, {})))
+        out.append(f"{topic} " + ", ".join(f"{p}:{start.get(topic, {}).get(p, '?')}-{end.get(topic, {}).get(p, '?')}"
+                                           for p in parts))
+    return "; ".join(out) or "no recorded offsets"
+
+
+class ReusedBatch(RuntimeError):
+    """The checkpoint hands a batch id the sink applied before, over another Kafka range."""
+
+
+def applied_range(conn, batch: Batch) -> tuple[dict, dict] | None:
+    """(start, end) offsets this sink recorded when it applied `batch`'s id under its checkpoint."""
+    row = conn.execute("SELECT start_offsets, end_offsets FROM sink_batches WHERE sink = ? AND checkpoint_id = ? "
+                       "AND batch_id = ? AND outcome = ? ORDER BY id LIMIT 1",
+                       (batch.sink, batch.checkpoint_id, batch.batch_id, APPLIED)).fetchone()
+    return None if row is None else (_offsets(row[0]), _offsets(row[1]))
+
+
+def apply_once(conn, batch: Batch, epoch: int, fix: str = FIX) -> bool:
     """Inside the sink's transaction: False (and a `skipped` record) when this batch was applied
-    before, else an `applied` record and True; the caller then applies the batch's effect."""
-    if was_applied(conn, batch):
-        record(conn, batch, SKIPPED, epoch, "replay of a batch already applied")
-        return False
-    record(conn, batch, APPLIED, epoch)
-    return True
+    before, else an `applied` record and True; the caller then applies the batch's effect.
+
+    Raises ReusedBatch (nothing recorded; the caller's transaction rolls back) when this batch id
+    was applied under this checkpoint over another Kafka range: skipping it would lose its records."""
+    start, end = _offsets(batch.start_offsets), _offsets(batch.end_offsets)
+    applied = applied_range(conn, batch)
+    if applied is None:
+        # a query runs its batches in order and replays only its newest: a new batch id below one
+        # already applied means the checkpoint went back in its history
+        newest = conn.execute("SELECT max(batch_id) FROM sink_batches WHERE sink = ? AND checkpoint_id = ? "
+                              "AND outcome = ?", (batch.sink, batch.checkpoint_id, APPLIED)).fetchone()[0]
+        if newest is not None and newest > batch.batch_id:
+            raise ReusedBatch(
+                f"{batch.sink}: checkpoint {batch.checkpoint_id} hands batch {batch.batch_id} "
+                f"({describe_range(start, end)}), but the store applied its batches up to {newest} already, so the "
+                f"checkpoint was restored from a backup or lost part of its offset and commit logs and its batch ids "
+                f"no longer name what the store holds; {fix}.")
+        record(conn, batch, APPLIED, epoch)
+        return True
+    if _differ(applied[1], end) or _differ(applied[0], start):
+        raise ReusedBatch(
+            f"{batch.sink}: batch {batch.batch_id} of checkpoint {batch.checkpoint_id} now covers "
+            f"{describe_range(start, end)}, but the store applied batch {batch.batch_id} of that checkpoint over "
+            f"{describe_range(*applied)}, so the checkpoint was restored from a backup or lost part of its offset "
+            f"and commit logs and its batch ids no longer name what the store holds; {fix}.")
+    record(conn, batch, SKIPPED, epoch, "replay of a batch already applied")
+    return False
 
 
 def foreign_checkpoints(db, sink: str, checkpoint_id: str) -> list[str]:

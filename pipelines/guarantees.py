@@ -31,6 +31,9 @@ from controlplane.store import transaction
 from infra.contracts import GUARANTEES
 
 JOB = "usage"
+# how to bring a usage sink and its checkpoint back together (said when either is refused)
+RESET_FIX = ("run `make clean`, or start the job with --reset-sink to clear this sink and its checkpoint "
+             "together")
 AT_MOST_ONCE, AT_LEAST_ONCE, EXACTLY_ONCE = "at-most-once", "at-least-once", "exactly-once"
 
 
@@ -102,13 +105,14 @@ class Guarantee:
               gate: SinkGate | None = None, stop=lambda: False) -> str:
         """Apply one batch under this guarantee; returns the ledger outcome.
 
-        FencedError always propagates: a superseded instance must stop, not drop or retry.
+        FencedError always propagates: a superseded instance must stop, not drop or retry; so
+        does ledger.ReusedBatch: a checkpoint whose batch ids name other ranges must not write.
         """
         if not self.drops_failed_batches:
             return retry_until_written(lambda: self._write_once(db, batch, epoch, gate), stop=stop)
         try:
             return self._write_once(db, batch, epoch, gate)
-        except fencing.FencedError:
+        except (fencing.FencedError, ledger.ReusedBatch):
             raise
         except Exception as exc:  # noqa: BLE001 - at-most-once: any failed write is dropped, by design
             self.drop(db, batch, epoch, str(exc))
@@ -133,7 +137,7 @@ class Guarantee:
             gate.check()
         with fencing.fenced_write(db, JOB, epoch, f"{self.name} batch {batch.batch_id}") as conn:
             if self.skips_applied:
-                if not ledger.apply_once(conn, batch, epoch):
+                if not ledger.apply_once(conn, batch, epoch, RESET_FIX):
                     return ledger.SKIPPED
             else:
                 ledger.record(conn, batch, ledger.APPLIED, epoch)

@@ -36,6 +36,7 @@ from pipelines.hooks import Faults
 
 JOB = "fraud"
 EXIT_FENCED = 3
+EXIT_REFUSED = 2  # the store cannot take this checkpoint's batch (ledger.ReusedBatch): no restart
 # A dead letter carries at most this many bytes of the raw payload (a 1 MiB message, or 200 KB
 # of invalid UTF-8, must not make the dead-letter record itself too large for the broker: at
 # most ~6 x this once JSON-escaped); `raw_bytes` says how long the payload was.
@@ -281,6 +282,14 @@ class Sinks:
         logging.shutdown()
         os._exit(EXIT_FENCED)
 
+    def refused(self, exc: Exception) -> None:
+        """The checkpoint hands a batch id the store applied over another Kafka range: say so in
+        one sentence and exit 2 before anything of the batch is written (the supervisor does not
+        restart a refusal)."""
+        log.error("%s", exc)
+        logging.shutdown()
+        os._exit(EXIT_REFUSED)
+
     def decisions(self, batch_df, batch_id: int) -> None:
         clock = Stages()
         table = scored_table(batch_df)
@@ -307,6 +316,8 @@ class Sinks:
             clock.record(self.db, JOB, batch_id, len(records))
         except (fencing.FencedError, Fenced) as exc:
             self.fenced(self.db, exc, what)
+        except ledger.ReusedBatch as exc:
+            self.refused(exc)
         self.decided += len(records)
         self.late += sum(d["is_late"] for d in records)
         self.fraud += batch.fraud
@@ -341,6 +352,8 @@ class Sinks:
                 batch_id, [(None, json.dumps(letter).encode()) for letter in letters])
         except (fencing.FencedError, Fenced) as exc:
             self.fenced(self.dlq_db, exc, what)
+        except ledger.ReusedBatch as exc:
+            self.refused(exc)
 
     def close(self) -> None:
         for t in self._topics.values():

@@ -17,7 +17,8 @@ meanwhile). A batch that fails otherwise (`task-failure`, a store error) fails i
 is restarted in-process from its checkpoint (`pipelines.restarts`), then exits 1.
 A fenced instance (zombie) records the rejected write and exits 3; one whose query Spark stopped
 first (one run per checkpoint) exits 4. A durable query whose store holds batches of another
-checkpoint refuses to start (exit 2) and says how to fix it.
+checkpoint refuses to start (exit 2) and says how to fix it; so does one whose checkpoint hands a
+batch id its store applied over another Kafka range (restored from a backup, or logs deleted).
 """
 from __future__ import annotations
 
@@ -67,6 +68,14 @@ def exit_fenced(db, epoch: int, exc: fencing.FencedError, what: str):
         log.error("fenced, exiting: %s", exc)
         logging.shutdown()
         os._exit(EXIT_FENCED)
+
+
+def exit_refused(exc: Exception) -> None:
+    """A batch the store cannot take without losing or repeating records (ledger.ReusedBatch):
+    say why in one sentence and exit 2, which the supervisor does not restart."""
+    log.error("%s", exc)
+    logging.shutdown()
+    os._exit(EXIT_REFUSED)
 
 
 def reset_sink(db, s: Settings, sink: str, guarantee: str | None) -> None:
@@ -124,12 +133,9 @@ class UsageJob:
             return
         try:
             ledger.check_bound(self.db, sink, checkpoints.query_id(checkpoint_dir(self.s, sink)),
-                               "run `make clean`, or start the job with --reset-sink to clear this "
-                               "sink and its checkpoint together")
+                               guarantees.RESET_FIX)
         except ledger.ForeignCheckpoint as exc:
-            log.error("%s", exc)
-            logging.shutdown()
-            os._exit(EXIT_REFUSED)
+            exit_refused(exc)
 
     # -- the foreachBatch of each guarantee ---------------------------------------------------------
     def batch_handler(self, policy: Guarantee):
@@ -162,6 +168,8 @@ class UsageJob:
                 policy.write(db, batch, self.epoch, self.faults.gate, stop=self.stopping.is_set)
             except fencing.FencedError as exc:
                 exit_fenced(db, self.epoch, exc, f"{name} batch {batch_id}")
+            except ledger.ReusedBatch as exc:
+                exit_refused(exc)
             self.faults.after_sink(db, policy.name, batch_id, batch.processed)
 
         return handle
@@ -198,7 +206,7 @@ class UsageJob:
 
         self.check_bound(windows.QUERY)
         return windows.start_query(self.spark, self.s, self.epoch, self.store_for(windows.QUERY),
-                                   on_fenced=exit_fenced)
+                                   on_fenced=exit_fenced, on_refused=exit_refused)
 
     def starters(self) -> dict[str, callable]:
         out = {p.query: (lambda restart=False, p=p: self.start_query(p, restart)) for p in self.policies}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from controlplane import fencing, ledger
 from controlplane.clock import now_ms
 from infra.config import Settings
+from pipelines.guarantees import RESET_FIX
 
 QUERY = "usage-windows"
 JOB = "usage"
@@ -109,11 +110,13 @@ def apply_batch(conn, batch: ledger.Batch, fixed: list[WindowRow], sessions: lis
                 epoch: int, name: str = QUERY) -> bool:
     """Merge one batch's window results into the store (inside the caller's fenced transaction).
 
-    Returns False when the batch was applied before (a replay): nothing changes then.
+    Returns False when the batch was applied before (a replay): nothing changes then. Raises
+    ledger.ReusedBatch when its id was applied over another Kafka range (the checkpoint was
+    restored or lost logs).
     """
     batch = replace(batch, processed=sum(w.processed for w in fixed if w.kind == "tumbling"),
                     fraud=sum(w.fraud for w in fixed if w.kind == "tumbling"))
-    if not ledger.apply_once(conn, batch, epoch):
+    if not ledger.apply_once(conn, batch, epoch, RESET_FIX):
         return False
     ts = now_ms()
     for w in fixed:
@@ -160,8 +163,9 @@ def windowed_stream(source, s: Settings):
 
 
 def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: str | None = None,
-                topic: str | None = None, trigger_seconds: float | None = None):
-    """Start the windows query on `decisions` (its own durable checkpoint under checkpoint_root)."""
+                topic: str | None = None, trigger_seconds: float | None = None, on_refused=None):
+    """Start the windows query on `decisions` (its own durable checkpoint under checkpoint_root).
+    `on_fenced(db, epoch, exc, what)` and `on_refused(exc)` end the process (else the batch fails)."""
     from pipelines.engine.checkpoints import ledger_batch
     from pipelines.engine.sources import read_kafka
 
@@ -184,6 +188,10 @@ def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: 
             if on_fenced is None:
                 raise
             on_fenced(db, epoch, exc, f"{QUERY} batch {batch_id}")
+        except ledger.ReusedBatch as exc:
+            if on_refused is None:
+                raise
+            on_refused(exc)
 
     return (stream.writeStream.queryName(QUERY).foreachBatch(handle)
             .option("checkpointLocation", checkpoint)

@@ -73,6 +73,19 @@ def test_exactly_once_names_a_batch_by_its_checkpoint(store, epoch):
     assert g.counts(store)["exactly-once"]["processed"] == 14
 
 
+def test_exactly_once_refuses_a_batch_id_reused_over_another_range(store, epoch):
+    """A restored checkpoint plans batch 1 again over 100..130 while the store applied it over
+    100..105: the write is refused with one sentence, changing nothing, never skipped."""
+    EO.write(store, batch(EO, 0, 10), epoch)
+    EO.write(store, batch(EO, 1, 5), epoch)
+    with pytest.raises(ledger.ReusedBatch, match=r"usage-exactly-once: batch 1 of checkpoint .* now covers "
+                                                 r"decisions 0:100-130, but the store applied batch 1 of that "
+                                                 r"checkpoint over decisions 0:100-105, .*--reset-sink"):
+        EO.write(store, batch(EO, 1, 30), epoch)
+    assert g.counts(store)["exactly-once"]["processed"] == 15
+    assert outcomes(store, EO) == [(0, "applied"), (1, "applied")]
+
+
 def test_at_least_once_applies_a_replay_twice_and_the_ledger_shows_both(store, epoch):
     assert ALO.write(store, batch(ALO, 0, 10, 2), epoch) == ledger.APPLIED
     assert ALO.write(store, batch(ALO, 0, 10, 2), epoch) == ledger.APPLIED

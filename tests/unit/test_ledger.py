@@ -80,3 +80,52 @@ def test_only_applied_batches_bind_a_sink_to_its_checkpoint(store):
         ledger.record(conn, b(0, sink="usage-at-most-once"), ledger.DROPPED, 1, "down")
     ledger.check_bound(store, "usage-at-most-once", None, "fix it")
     ledger.check_bound(store, "usage-at-most-once", "cp-z", "fix it")
+
+
+def test_a_batch_id_reused_over_another_range_is_refused_not_skipped(store):
+    """A checkpoint restored from a backup (or with offsets/commits partly deleted) plans batch 3
+    again over another range: skipping it as a replay would lose its records silently."""
+    assert apply(store, b(2)) and apply(store, b(3))
+    assert apply(store, b(3)) is False, "the same batch over the same range is a replay: skipped"
+    later = ledger.Batch("usage-exactly-once", "cp-a", 3, 9, 0, start_offsets={"decisions": {"0": 25, "1": 0}},
+                         end_offsets={"decisions": {"0": 41, "1": 4}})
+    with pytest.raises(ledger.ReusedBatch) as refused:
+        apply(store, later)
+    said = str(refused.value)
+    assert said == ("usage-exactly-once: batch 3 of checkpoint cp-a now covers decisions 0:25-41, 1:0-4, but the "
+                    "store applied batch 3 of that checkpoint over decisions 0:30-35, 1:0-0, so the checkpoint was "
+                    "restored from a backup or lost part of its offset and commit logs and its batch ids no longer "
+                    "name what the store holds; run `make clean` to clear the store and the checkpoints together.")
+    assert said.count(". ") == 0 and said.endswith("."), "one sentence"
+    # the refusal wrote nothing: the ledger still says batch 3 once applied and once skipped
+    assert [(r["batch_id"], r["outcome"]) for r in ledger.batches(store, "usage-exactly-once")] == \
+           [(2, "applied"), (3, "applied"), (3, "skipped")]
+    # the same end offsets from another start are another range too (the start is compared as well)
+    with pytest.raises(ledger.ReusedBatch):
+        apply(store, ledger.Batch("usage-exactly-once", "cp-a", 3, 5, 0, start_offsets={"decisions": {"0": 29, "1": 0}},
+                                  end_offsets={"decisions": {"0": 35, "1": 0}}))
+
+
+def test_a_replay_read_back_from_the_store_matches_its_own_offsets(store):
+    """The stored JSON has string partitions; the checkpoint's log gives ints: the same range."""
+    stored = ledger.Batch("usage-windows", "cp-w", 0, 5, 0, start_offsets={"decisions": {0: 0, 1: 7}},
+                          end_offsets={"decisions": {0: 5, 1: 9}})
+    assert apply(store, stored) is True
+    again = ledger.Batch("usage-windows", "cp-w", 0, 5, 0, start_offsets={"decisions": {"0": 0, "1": 7}},
+                         end_offsets={"decisions": {"1": 9, "0": 5}})
+    assert apply(store, again) is False
+    # a range that is not known on one side (no offset log to read) proves nothing: skipped as before
+    assert apply(store, ledger.Batch("usage-windows", "cp-w", 0, 5, 0)) is False
+
+
+def test_a_new_batch_id_below_one_already_applied_is_refused(store):
+    """Batch 4 was never applied (it had no rows), but the store holds batches up to 6 of this
+    checkpoint: a restored checkpoint handing batch 4 over records that batches 5 and 6 applied
+    would count them twice."""
+    for i in (2, 3, 5, 6):
+        assert apply(store, b(i))
+    with pytest.raises(ledger.ReusedBatch, match=r"^usage-exactly-once: checkpoint cp-a hands batch 4 \(decisions "
+                                                 r"0:40-45, 1:0-0\), but the store applied its batches up to 6 "
+                                                 r"already, .*; run `make clean`"):
+        apply(store, b(4))
+    assert apply(store, b(7)) is True and apply(store, b(0, checkpoint="cp-b")) is True

@@ -53,6 +53,19 @@ def test_a_replayed_batch_changes_no_window_and_the_ledger_says_skipped(store):
            [(7, "applied", 3, 1), (7, "skipped", 3, 1)]  # the tumbling totals of the batch
 
 
+def test_a_batch_id_reused_over_another_range_is_refused_and_changes_no_window(store):
+    epoch = fencing.take_lease(store, windows.JOB)
+    row = windows.WindowRow("tumbling", "all", BASE, BASE + MIN, 3, 1)
+    assert apply(store, epoch, 7, [row]) is True
+    other = ledger.Batch(windows.QUERY, "windows-query-id", 7, start_offsets={"decisions": {"0": 7}},
+                         end_offsets={"decisions": {"0": 19}})
+    with pytest.raises(ledger.ReusedBatch, match="usage-windows: batch 7 .*--reset-sink"):
+        with fencing.fenced_write(store, windows.JOB, epoch, "windows batch 7") as conn:
+            windows.apply_batch(conn, other, [row], [], [], None, 30, epoch)
+    assert [(r["processed"], r["fraud"]) for r in store["windows"].rows] == [(3, 1)]
+    assert [r["outcome"] for r in ledger.batches(store, windows.QUERY)] == ["applied"]
+
+
 def test_the_watermark_only_moves_forward_with_the_batches(store):
     epoch = fencing.take_lease(store, windows.JOB)
     apply(store, epoch, 0, max_event=BASE + 90_000)
