@@ -9,6 +9,8 @@ import json
 import math
 import re
 
+from infra.histories import HISTORY_MIN_EVENT_TIME_MS
+
 # Transaction (topic `transactions`, key = card_id, value = JSON)
 TRANSACTION_FIELDS: dict[str, type] = {
     "txn_id": str,
@@ -22,6 +24,9 @@ TRANSACTION_FIELDS: dict[str, type] = {
     "produced_at": int,  # ms since epoch, when the simulator sent it
 }
 REQUIRED_TRANSACTION_FIELDS = ("txn_id", "card_id", "amount_cents", "lat", "lon", "event_time", "produced_at")
+# ... but a place is both coordinates or neither: lat and lon both absent (or null) is a transaction
+# scored without a place (the proximity analyzer has no opinion); one without the other is missing
+PLACE_FIELDS = ("lat", "lon")
 
 # Limits past which a transaction is malformed rather than merely unusual.
 MAX_AMOUNT_CENTS = 100_000_000  # one million in the card's currency
@@ -51,7 +56,10 @@ DEAD_LETTER_HEAD_BYTES = 4_096
 #   malformed JSON         not JSON (incl. NaN/Infinity tokens, a lone surrogate escape, nesting
 #                          deeper than MAX_JSON_DEPTH, a byte-order mark, raw control characters)
 #   not a JSON object      JSON, but an array, string, number, true/false or null
-#   missing field F        a required field absent or null
+#   missing field F        a required field absent or null; lat and lon are required together:
+#                          both absent (or null) is valid, a transaction without a place (a
+#                          replayed history may have none), one without the other is
+#                          "missing field lat" / "missing field lon"
 #   wrong type for F       a string field that is not a JSON string; a number field that is not a
 #                          JSON number (a number in a string, "NaN", an object, an array, a boolean)
 #   empty F                an id that is empty or only spaces
@@ -59,7 +67,9 @@ DEAD_LETTER_HEAD_BYTES = 4_096
 #   currency not ISO 4217  a currency that is not ISO 4217's form, three capital ASCII letters
 #                          ("EUR"; not "eur", "EURO", "€" or "EUR\n"). The currency stays optional:
 #                          absent or null passes (amounts are compared per card, in its own currency)
-#   amount_cents not integral / amount_cents out of range (1..MAX_AMOUNT_CENTS)
+#   amount_cents not integral / amount_cents out of range (1..MAX_AMOUNT_CENTS; a replay's
+#                          0..MAX_AMOUNT_CENTS: a history's zero-amount payments, card checks,
+#                          are payments: the handbook's dataset has 42)
 #   lat/lon not finite / lat/lon out of range (|lat| <= 90, |lon| <= 180)
 #   T not integral         a time with a fraction
 #   T in seconds / T in microseconds / T in nanoseconds
@@ -67,6 +77,16 @@ DEAD_LETTER_HEAD_BYTES = 4_096
 #   T too far in the past / T too far in the future
 #                          outside the window [now - VALIDATION_PAST_SECONDS,
 #                          now + VALIDATION_FUTURE_SECONDS] (now: the batch's processing time)
+#
+# A replay (`python -m simulator replay`: a history sent again, years old by design) is told apart
+# by a Kafka header: every record it sends carries infra.histories.REPLAY_HEADER
+# ("cardstream-replay", value: the run id). Only the header counts (not the topic, not the
+# payload): the jobs read it with the record (Spark's `includeHeaders`), and live traffic never
+# sets it. For a record with the header the live rules hold except two: event_time must be
+# integral milliseconds in [HISTORY_MIN_EVENT_TIME_MS (2000-01-01), now +
+# VALIDATION_FUTURE_SECONDS] (the same seconds / microseconds / nanoseconds checks, against that
+# range; before it "too far in the past"), and amount_cents may be 0. produced_at keeps the live
+# window: the replay stamps it with the wall clock when it sends.
 
 
 def time_reason(name: str, value: int, low_ms: int, high_ms: int) -> str | None:
@@ -92,6 +112,17 @@ def time_reason(name: str, value: int, low_ms: int, high_ms: int) -> str | None:
 # exact payload sent, so it can be matched with its dead letter (base64, with
 # "raw_encoding": "base64", when the payload is not valid UTF-8).
 LABEL_FIELDS: dict[str, type] = {"txn_id": str, "is_fraud": bool, "pattern": str, "is_late": bool}
+# Optional label fields (a replayed history's labels carry them all; a live label may lack them):
+# what the job needs to use a label as delayed feedback without looking its transaction up.
+# A replay's pattern is the history's (the handbook's scenario: HANDBOOK_PATTERNS of
+# infra/histories.py), or "fraud" / "normal" when the history has none; its is_late is false.
+LABEL_OPTIONAL_FIELDS: dict[str, type] = {
+    "card_id": str,      # the transaction's card
+    "merchant_id": str,  # the transaction's merchant (the handbook's terminal)
+    "event_time": int,   # the transaction's event time, ms
+    "known_at": int,     # ms, event time: when the label became known (event_time + the feedback delay);
+                         # a replay sends a label only once its transactions have reached this time
+}
 
 ANALYZERS = ("avg_ticket", "proximity", "velocity")
 
@@ -173,13 +204,13 @@ def _integral(value) -> bool:
 
 
 def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms: int = 7 * 86_400_000,
-                       future_ms: int = 300_000) -> str | None:
+                       future_ms: int = 300_000, *, replay: bool = False) -> str | None:
     """Why pipelines/engine/sources.py would dead-letter this payload (None: valid).
 
     The same rules in the same order, in plain Python: the auditor judges the records it counts
     with it, and the simulator's tests check that every malformed message is caught with its
     reason and every valid one passes. The time window is checked only when `now_ms` (the
-    processing time) is given.
+    processing time) is given. `replay`: the record carries REPLAY_HEADER (the replay's rules).
     """
     if not payload:
         return "empty payload"
@@ -202,8 +233,9 @@ def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms
         return "duplicate field"
     if not isinstance(doc, dict):
         return "not a JSON object"
+    placeless = all(doc.get(name) is None for name in PLACE_FIELDS)
     for name in REQUIRED_TRANSACTION_FIELDS:
-        if doc.get(name) is None:
+        if doc.get(name) is None and not (placeless and name in PLACE_FIELDS):
             return f"missing field {name}"
     for name, kind in TRANSACTION_FIELDS.items():
         value = doc.get(name)
@@ -225,13 +257,14 @@ def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms
     amount = doc["amount_cents"]
     if not _integral(amount):
         return "amount_cents not integral"
-    if not 0 < int(amount) <= MAX_AMOUNT_CENTS:
+    if not (0 if replay else 1) <= int(amount) <= MAX_AMOUNT_CENTS:
         return "amount_cents out of range"
-    lat, lon = _number(doc["lat"]), _number(doc["lon"])
-    if not (math.isfinite(lat) and math.isfinite(lon)):
-        return "lat/lon not finite"
-    if abs(lat) > 90 or abs(lon) > 180:
-        return "lat/lon out of range"
+    if not placeless:
+        lat, lon = _number(doc["lat"]), _number(doc["lon"])
+        if not (math.isfinite(lat) and math.isfinite(lon)):
+            return "lat/lon not finite"
+        if abs(lat) > 90 or abs(lon) > 180:
+            return "lat/lon out of range"
     for name in TIME_FIELDS:
         value = doc[name]
         if not _integral(value):
@@ -241,7 +274,8 @@ def dead_letter_reason(payload: bytes | None, now_ms: int | None = None, past_ms
         n = int(value)
         if not -2 ** 63 <= n < 2 ** 63:
             return f"{name} too far in the future" if n > 0 else f"{name} too far in the past"
-        reason = time_reason(name, n, now_ms - past_ms, now_ms + future_ms)
+        low = HISTORY_MIN_EVENT_TIME_MS if replay and name == "event_time" else now_ms - past_ms
+        reason = time_reason(name, n, low, now_ms + future_ms)
         if reason:
             return reason
     return None

@@ -15,6 +15,10 @@ it (every topic is created with LogAppendTime), the same clock the auditor check
 so a record gets the same verdict on every replay, in every batch it could fall into, and from
 the auditor. (Not `current_timestamp()`: Spark writes the batch's time into the generated code as
 a constant, so every micro-batch compiled its parsing anew, about 100 ms per batch and query.)
+
+A record carrying infra.histories.REPLAY_HEADER (a replayed history; the Kafka source reads the
+headers) has its own event-time rule and may have a zero amount; a transaction without a place
+(lat and lon both absent) is valid (infra/contracts.py states both).
 """
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from infra import kafka_client
 from infra.config import Settings, load
 from infra.contracts import (CURRENCY_FORM, DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS, DECISION_MIN_EVENT_TIME_MS,
                              ID_FIELDS, MAX_AMOUNT_CENTS, MAX_ID_BYTES, MAX_PAYLOAD_BYTES, REQUIRED_TRANSACTION_FIELDS,
-                             TIME_FIELDS, TRANSACTION_FIELDS)
+                             PLACE_FIELDS, TIME_FIELDS, TRANSACTION_FIELDS)
+from infra.histories import HISTORY_MIN_EVENT_TIME_MS, REPLAY_HEADER
 
 _SPARK_TYPES = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
 _TYPE_NAMES = {str: "string", int: "bigint", float: "double", bool: "boolean"}
@@ -56,6 +61,9 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
               # invisible, every task did (a usage batch of 700 rows took 3.4 s, its CPU 12 ms)
               .option("kafka.fetch.max.wait.ms", str(s.spark_fetch_max_wait_ms))
               .option("startingOffsets", starting_offsets)
+              # the records' headers (a replay's REPLAY_HEADER: its own time rule, see
+              # infra/contracts.py): one more column, null for a record without headers
+              .option("includeHeaders", "true")
               .option("failOnDataLoss", str(fail_on_data_loss).lower()))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -107,16 +115,19 @@ def _envelope(kafka_df: DataFrame) -> DataFrame:
     text = F.col("value").cast("string")  # the bytes as they are: Spark does not re-encode them
     utf8 = F.is_valid_utf8(text)
     parse = (size > 0) & (size <= MAX_PAYLOAD_BYTES) & utf8
+    # a replayed history's record (infra/contracts.py): it carries the replay header
+    replay = (F.coalesce(F.exists("headers", lambda h: h["key"] == F.lit(REPLAY_HEADER)), F.lit(False))
+              if "headers" in kafka_df.columns else F.lit(False))
     return kafka_df.select(
         F.struct(F.substring("value", 1, DEAD_LETTER_HEAD_BYTES).alias("head"), size.alias("size")).alias("raw"),
         F.col("timestamp").alias("kafka_ts"), "partition", "offset",
-        size.alias("_size"), utf8.alias("_utf8"),
+        size.alias("_size"), utf8.alias("_utf8"), replay.alias("_replay"),
         F.when(parse, text).alias("_text"),
         F.when(parse, F.try_parse_json(text)).alias("v"))
 
 
 def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, high: Column,
-               times=TIME_FIELDS) -> DataFrame:
+               times=TIME_FIELDS, replay_times=()) -> DataFrame:
     """An `_envelope` frame -> `fields` typed (by their JSON type, never coerced) + `_reason`.
 
     Built in small steps (each field's variant, then its JSON type, then its flags and value), so
@@ -131,7 +142,10 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
         ok = {str: t == "STRING", bool: t == "BOOLEAN"}.get(kind, _is_number(t))
         flags += [(c(f"_v_{n}").isNull() | (t == "VOID")).alias(f"_m_{n}"), ok.alias(f"_ok_{n}")]
     df = df.select("*", *flags, *[F.try_variant_get(c(f"_v_{n}"), "$", "double").alias(f"_d_{n}") for n in numbers],
-                   low.alias("_low"), high.alias("_high"))
+                   low.alias("_low"), high.alias("_high"),
+                   # a replayed history's times: plausible, however old (infra/contracts.py)
+                   *[F.when(c("_replay"), F.lit(HISTORY_MIN_EVENT_TIME_MS).cast("bigint")).otherwise(low)
+                     .alias(f"_low_{n}") for n in replay_times if n in fields])
     values = []
     for n, kind in fields.items():
         ok, d = c(f"_ok_{n}"), c(f"_d_{n}")
@@ -154,7 +168,11 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
             .when(c("v").isNull(), F.lit("malformed JSON"))
             .when(~F.regexp_like(c("_text"), F.lit(r"^[ \t\r\n]*\{")), F.lit("not a JSON object")))
     for n in required:
-        rule = rule.when(c(f"_m_{n}"), F.lit(f"missing field {n}"))
+        missing = c(f"_m_{n}")
+        if n in PLACE_FIELDS and all(p in fields for p in PLACE_FIELDS):  # a place: both or neither
+            other = next(p for p in PLACE_FIELDS if p != n)
+            missing = missing & ~c(f"_m_{other}")
+        rule = rule.when(missing, F.lit(f"missing field {n}"))
     for n in fields:
         rule = rule.when(~c(f"_m_{n}") & ~c(f"_ok_{n}"), F.lit(f"wrong type for {n}"))
     for n, kind in fields.items():
@@ -168,14 +186,16 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     if "amount_cents" in fields:
         amount = c("amount_cents")
         rule = (rule.when(~c("_i_amount_cents"), F.lit("amount_cents not integral"))
-                .when(amount.isNull() | (amount <= 0) | (amount > MAX_AMOUNT_CENTS), F.lit("amount_cents out of range")))
+                .when(amount.isNull() | (amount < F.when(c("_replay"), F.lit(0)).otherwise(F.lit(1)))
+                      | (amount > MAX_AMOUNT_CENTS), F.lit("amount_cents out of range")))
     if "lat" in fields:
         lat, lon = c("lat"), c("lon")
         rule = (rule.when(~_is_finite(lat) | ~_is_finite(lon), F.lit("lat/lon not finite"))
                 .when((F.abs(lat) > 90) | (F.abs(lon) > 180), F.lit("lat/lon out of range")))
     for n in times:
         if n in fields:
-            verdict = time_reason(n, c(n), c(f"_d_{n}"), c("_low"), c("_high"))
+            low = c(f"_low_{n}") if n in replay_times else c("_low")
+            verdict = time_reason(n, c(n), c(f"_d_{n}"), low, c("_high"))
             rule = rule.when(~c(f"_i_{n}"), F.lit(f"{n} not integral")).when(verdict.isNotNull(), verdict)
     return df.select("*", rule.alias("_reason"))
 
@@ -190,7 +210,8 @@ def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *,
     s = s or load()
     now = _now_ms(now_ms)
     low, high = now - s.validation_past_seconds * 1000, now + s.validation_future_seconds * 1000
-    df = _validated(_envelope(kafka_df), TRANSACTION_FIELDS, REQUIRED_TRANSACTION_FIELDS, low, high)
+    df = _validated(_envelope(kafka_df), TRANSACTION_FIELDS, REQUIRED_TRANSACTION_FIELDS, low, high,
+                    replay_times=("event_time",))
     return df.select("raw", "kafka_ts", "partition", "offset", *TRANSACTION_FIELDS, F.col("_reason").alias("dlq_reason"))
 
 

@@ -7,6 +7,8 @@ event order to these functions, so the logic is tested here without a cluster. `
 of a card never seen (or expired by the state TTL).
 
 A transaction is any mapping with `amount_cents`, `lat`, `lon` and `event_time` (ms since epoch).
+`lat` and `lon` may both be missing (None or NaN: a replayed history without places): then the
+proximity analyzer has no opinion (score 0) and the card's last known place stays as it was.
 """
 from __future__ import annotations
 
@@ -108,14 +110,23 @@ def implied_speed_kmh(distance_km: float, gap_ms: int, limits: Limits = DEFAULT_
     return distance_km / hours
 
 
+def has_place(txn: Mapping) -> bool:
+    """Whether a transaction has coordinates (lat and lon, neither None nor NaN)."""
+    lat, lon = txn.get("lat"), txn.get("lon")
+    return lat is not None and lon is not None and not (math.isnan(lat) or math.isnan(lon))
+
+
 def proximity(state: ProximityState | None, txn: Mapping, limits: Limits = DEFAULT_LIMITS
-              ) -> tuple[float, ProximityState]:
+              ) -> tuple[float, ProximityState | None]:
     """Score two transactions too far apart for the time between them (implied speed).
 
     Only a previous transaction within the window counts; an out-of-order one is compared by the
     absolute gap. The state keeps the latest transaction in event time, so a late event does not
-    move the card's last known place backwards.
+    move the card's last known place backwards. A transaction without a place has no opinion
+    (0) and leaves the state as it was (None stays None).
     """
+    if not has_place(txn):
+        return 0.0, state
     here = ProximityState(float(txn["lat"]), float(txn["lon"]), int(txn["event_time"]))
     if state is None:
         return 0.0, here

@@ -101,6 +101,7 @@ class Quarantine:
         df = (self.spark.read.format("kafka").options(**kafka_client.spark_options(self.s))
               .option("assign", json.dumps({topic: sorted(parts)}))
               .option("kafka.isolation.level", "read_committed")
+              .option("includeHeaders", "true")  # a replay's header: its own time rule, as in the batch
               .option("startingOffsets", json.dumps({topic: {str(p): a for p, (a, _) in parts.items()}}))
               .option("endingOffsets", json.dumps({topic: {str(p): b for p, (_, b) in parts.items()}}))
               .load())
