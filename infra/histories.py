@@ -38,6 +38,9 @@ class ColumnMap:
     lon: str | None = None
     currency: str = "EUR"        # a fixed currency when the file has none
     id_prefix: str = ""          # ids become f"{prefix}{kind}{value}": unique across histories
+    # the pattern column's values -> a label's `pattern` ((value, name) pairs); a value not named
+    # here is used as it is, and with no pattern column a label says "fraud" or "normal"
+    pattern_names: tuple = ()
 
     def required(self) -> list[str]:
         cols = [self.txn_id, self.event_time, self.card_id, self.merchant_id, self.amount, self.is_fraud]
@@ -56,10 +59,52 @@ class ColumnMap:
 # The handbook's simulated transactions: TRANSACTION_ID, TX_DATETIME (no zone: read as UTC),
 # CUSTOMER_ID (the card), TERMINAL_ID (the merchant's terminal), TX_AMOUNT, TX_FRAUD,
 # TX_FRAUD_SCENARIO (0 genuine, 1 amount over 220, 2 compromised terminal, 3 compromised card).
-HANDBOOK = ColumnMap(name="handbook", txn_id="TRANSACTION_ID", event_time="TX_DATETIME",
-                     card_id="CUSTOMER_ID", merchant_id="TERMINAL_ID", amount="TX_AMOUNT",
-                     is_fraud="TX_FRAUD", pattern="TX_FRAUD_SCENARIO", id_prefix="hb-")
-COLUMN_MAPS = {HANDBOOK.name: HANDBOOK}
-
 # The handbook's scenarios, as a label's `pattern`
 HANDBOOK_PATTERNS = {0: "normal", 1: "amount-over-220", 2: "compromised-terminal", 3: "compromised-card"}
+HANDBOOK = ColumnMap(name="handbook", txn_id="TRANSACTION_ID", event_time="TX_DATETIME",
+                     card_id="CUSTOMER_ID", merchant_id="TERMINAL_ID", amount="TX_AMOUNT",
+                     is_fraud="TX_FRAUD", pattern="TX_FRAUD_SCENARIO", id_prefix="hb-",
+                     pattern_names=tuple(HANDBOOK_PATTERNS.items()))
+COLUMN_MAPS = {HANDBOOK.name: HANDBOOK}
+
+# ------------------------------------------------------------------ a column map written out
+
+MAP_COLUMNS = ("txn_id", "event_time", "card_id", "merchant_id", "amount", "is_fraud", "pattern", "lat", "lon")
+MAP_REQUIRED = MAP_COLUMNS[:6]
+MAP_VALUES = ("currency", "id_prefix")  # not columns: a fixed currency, the ids' prefix
+
+
+class ColumnMapError(ValueError):
+    """A column map that cannot be read, in one sentence."""
+
+
+def parse_column_map(text: str, name: str = "custom") -> ColumnMap:
+    """`txn_id=ID,event_time=TS,card_id=CARD,merchant_id=SHOP,amount=AMT,is_fraud=FRAUD[,pattern=P]
+    [,lat=LAT,lon=LON][,currency=EUR][,id_prefix=x-]` -> a ColumnMap (ColumnMapError: why not).
+
+    The left side names a field (MAP_COLUMNS: a column of the file; MAP_VALUES: a fixed value),
+    the right side the file's column (or the value); a column name cannot hold ',' or '='."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not part.strip():
+            raise ColumnMapError(f"The column map {text!r} has an empty entry (two commas, or one at an end).")
+        if not eq or not key:
+            raise ColumnMapError(f"The column map entry {part.strip()!r} is not FIELD=COLUMN.")
+        if key not in MAP_COLUMNS + MAP_VALUES:
+            raise ColumnMapError(f"The column map names an unknown field {key!r}; the fields are "
+                                 f"{', '.join(MAP_COLUMNS + MAP_VALUES)}.")
+        if key in fields:
+            raise ColumnMapError(f"The column map gives the field {key!r} twice.")
+        if not value and key != "id_prefix":
+            raise ColumnMapError(f"The column map gives the field {key!r} no column.")
+        fields[key] = value
+    missing = [k for k in MAP_REQUIRED if k not in fields]
+    if missing:
+        raise ColumnMapError(f"The column map has no column for {', '.join(missing)} "
+                             f"(it needs {', '.join(MAP_REQUIRED)}).")
+    if ("lat" in fields) != ("lon" in fields):
+        raise ColumnMapError(f"The column map gives {'lat' if 'lat' in fields else 'lon'} without "
+                             f"{'lon' if 'lat' in fields else 'lat'}: coordinates come in pairs.")
+    return ColumnMap(name=name, **fields)

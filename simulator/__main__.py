@@ -2,6 +2,7 @@
 
     python -m simulator [--rate R] [--count N] [--seed S] [--fraud-rate F] [--late-rate L]
                         [--bad-rate B] [--late-lag-ms MS] [--cards N] [--start-ms MS] ...
+    python -m simulator replay FILE [--speed S | --rate R | --max] ...   (a history: simulator/replay.py)
 
 Transactions go to the `transactions` topic keyed by card id, ground-truth labels to `labels`
 keyed by txn_id. A progress line goes to stderr every few seconds; the totals (JSON) are the last
@@ -83,6 +84,12 @@ def parser(settings) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["replay"]:  # python -m simulator replay FILE ...: simulator/replay.py
+        from simulator.replay import main as replay
+
+        return replay(argv[1:])
+
     from infra import logs
     from simulator.producer import ProducerError
 

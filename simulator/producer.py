@@ -61,6 +61,64 @@ def varint(value: int) -> bytes:
     return _VARINTS[value] if value < 32768 else _varint(value)
 
 
+def headers_bytes(headers: list[tuple[str, bytes]] | None) -> bytes:
+    """The end of a v2 record: its headers' count, then each header's key (UTF-8) and value, all
+    length-prefixed with varints (b"\x00": no headers). Every record of one append shares them."""
+    if not headers:
+        return b"\x00"
+    out = [varint(len(headers))]
+    for key, value in headers:
+        k = key.encode("utf-8")
+        out += [varint(len(k)), k, varint(len(value)), value]
+    return b"".join(out)
+
+
+def fill(mrb, keys: list[bytes], values: list[bytes], i: int, stamp_ms: int, limit: int,
+         tail: bytes = b"\x00") -> tuple[int, int]:
+    """Encode records keys[i:], values[i:] (timestamp `stamp_ms`, ending in `tail`: the headers)
+    into the open v2 MemoryRecordsBuilder `mrb` until the next one would pass `limit` bytes (the
+    first record always goes in). Returns (the index of the first record not appended, the
+    biggest record's size); the builder's offsets, count and timestamps are kept as its own
+    `append` keeps them, and the bytes are those `append` writes (tests/unit/test_replay.py)."""
+    vi = _VARINTS
+    builder = mrb._builder
+    buf = builder._buffer
+    if builder._first_timestamp is None:
+        builder._first_timestamp = stamp_ms
+        builder._max_timestamp = stamp_ms
+    delta = stamp_ms - builder._first_timestamp
+    head = b"\x00" + (vi[delta] if 0 <= delta < 32768 else _varint(max(delta, 0)))
+    offset = mrb._next_offset
+    start = offset
+    size = len(buf)
+    biggest = 0
+    n = len(keys)
+    while i < n:
+        key, value = keys[i], values[i]
+        lk, lv = len(key), len(value)
+        body = b"".join((head, vi[offset] if offset < 32768 else _varint(offset),
+                         vi[lk] if lk < 32768 else _varint(lk), key,
+                         vi[lv] if lv < 32768 else _varint(lv), value, tail))
+        lb = len(body)
+        record = (vi[lb] if lb < 32768 else _varint(lb)) + body
+        if size + len(record) > limit and offset > 0:
+            break
+        buf += record
+        size += len(record)
+        if len(record) > biggest:
+            biggest = len(record)
+        offset += 1
+        i += 1
+    appended = offset - start
+    if appended:
+        mrb._next_offset = offset
+        builder._num_records += appended
+        builder._last_offset = offset - 1
+        if stamp_ms > builder._max_timestamp:
+            builder._max_timestamp = stamp_ms
+    return i, biggest
+
+
 def reachable(bootstrap: str, timeout: float = 3.0) -> bool:
     """True when a TCP connection to any of the bootstrap servers opens within `timeout`."""
     for server in bootstrap.split(","):
@@ -124,8 +182,10 @@ class Producer:
             self._partitions[topic] = len(parts)
         return self._partitions[topic]
 
-    def send_many(self, topic: str, keys: list[bytes], values: list[bytes], stamp_ms: int) -> None:
-        """Append records (in this order per partition) with Kafka timestamp `stamp_ms`."""
+    def send_many(self, topic: str, keys: list[bytes], values: list[bytes], stamp_ms: int,
+                  headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Append records (in this order per partition) with Kafka timestamp `stamp_ms`, each with
+        the same `headers` ((key, value) pairs) if any."""
         if not keys:
             return
         n_parts = self.partition_count(topic)
@@ -134,8 +194,9 @@ class Producer:
         with self._lock:
             stats.appended += len(keys)
         if not self.bulk:
-            self._send_public(topic, keys, values, parts, stamp_ms, stats)
+            self._send_public(topic, keys, values, parts, stamp_ms, stats, headers)
             return
+        tail = headers_bytes(headers)
         wake = False
         for p in range(n_parts):
             idx = np.flatnonzero(parts == p)
@@ -147,7 +208,7 @@ class Producer:
                 il = idx.tolist()
                 k = [keys[i] for i in il]
                 v = [values[i] for i in il]
-            wake |= self._append(TopicPartition(topic, p), k, v, stamp_ms, stats)
+            wake |= self._append(TopicPartition(topic, p), k, v, stamp_ms, stats, tail)
         if wake:
             self.kp._sender.wakeup()
 
@@ -203,10 +264,10 @@ class Producer:
             stats.failed += 1
 
     # ------------------------------------------------------------------ the two append paths
-    def _send_public(self, topic, keys, values, parts, stamp_ms, stats) -> None:
+    def _send_public(self, topic, keys, values, parts, stamp_ms, stats, headers=None) -> None:
         send = self.kp.send
         for key, value, p in zip(keys, values, parts.tolist()):
-            future = send(topic, value=value, key=key, partition=p, timestamp_ms=stamp_ms)
+            future = send(topic, value=value, key=key, partition=p, timestamp_ms=stamp_ms, headers=headers)
             future.add_callback(self._record_done, stats, stamp_ms)
             future.add_errback(self._record_failed, stats)
 
@@ -234,12 +295,11 @@ class Producer:
         return batch
 
     def _append(self, tp: TopicPartition, keys: list[bytes], values: list[bytes], stamp_ms: int,
-                stats: TopicStats) -> bool:
+                stats: TopicStats, tail: bytes = b"\x00") -> bool:
         """Append records to tp's open batch (opening new ones as they fill); True if the sender should wake."""
         acc = self.kp._accumulator
         now = time.monotonic()
         limit = self.batch_bytes
-        vi = _VARINTS
         wake = False
         acc._appends_in_progress.increment()
         try:
@@ -255,41 +315,11 @@ class Producer:
                         acc._incomplete.add(batch)
                         mrb = batch.records
                         wake = True
-                    builder = mrb._builder
-                    buf = builder._buffer
-                    if builder._first_timestamp is None:
-                        builder._first_timestamp = stamp_ms
-                        builder._max_timestamp = stamp_ms
-                    delta = stamp_ms - builder._first_timestamp
-                    head = b"\x00" + (vi[delta] if 0 <= delta < 32768 else _varint(max(delta, 0)))
-                    offset = mrb._next_offset
-                    start = offset
-                    size = len(buf)
-                    biggest = batch.max_record_size
-                    while i < n:
-                        key, value = keys[i], values[i]
-                        lk, lv = len(key), len(value)
-                        body = b"".join((head, vi[offset] if offset < 32768 else _varint(offset),
-                                         vi[lk] if lk < 32768 else _varint(lk), key,
-                                         vi[lv] if lv < 32768 else _varint(lv), value, b"\x00"))
-                        lb = len(body)
-                        record = (vi[lb] if lb < 32768 else _varint(lb)) + body
-                        if size + len(record) > limit and offset > 0:
-                            break
-                        buf += record
-                        size += len(record)
-                        if len(record) > biggest:
-                            biggest = len(record)
-                        offset += 1
-                        i += 1
-                    appended = offset - start
-                    if appended:
-                        mrb._next_offset = offset
-                        builder._num_records += appended
-                        builder._last_offset = offset - 1
-                        if stamp_ms > builder._max_timestamp:
-                            builder._max_timestamp = stamp_ms
-                        batch.max_record_size = biggest
+                    start = i
+                    i, biggest = fill(mrb, keys, values, i, stamp_ms, limit, tail)
+                    if i > start:
+                        if biggest > batch.max_record_size:
+                            batch.max_record_size = biggest
                         batch.last_append = now
                     if i < n:  # this batch is full: the next record opens a new one
                         batch = None
