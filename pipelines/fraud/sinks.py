@@ -41,7 +41,10 @@ EXIT_REFUSED = 2  # the store cannot take this checkpoint's batch (ledger.Reused
 # of invalid UTF-8, must not make the dead-letter record itself too large for the broker: at
 # most ~6 x this once JSON-escaped); `raw_bytes` says how long the payload was.
 DLQ_RAW_LIMIT = DEAD_LETTER_HEAD_BYTES
-MARKERS_SCAN = 500  # how far back from the end the markers topic is read for the last batch
+# The markers topic is read whole when a sink opens (it is compacted: infra/topics.py); the read
+# fails only when it stops moving for this long, however long the topic is.
+MARKERS_STALL_S = 15.0
+_COMPACTED: set[str] = set()  # markers topics this process made sure are compacted
 
 log = logging.getLogger(JOB)
 
@@ -148,6 +151,7 @@ class TransactionalTopic:
                 producer = kafka_client.producer(self.s, **self.config)
                 try:
                     producer.init_transactions()  # fences older instances, aborts what they left open
+                    self._ensure_compacted()
                     self.last_committed = self._last_marker()
                 except Exception:
                     producer.close(timeout=1)
@@ -155,8 +159,26 @@ class TransactionalTopic:
                 self.producer = producer
             return self.producer
 
+    def _ensure_compacted(self) -> None:
+        """Once per process and markers topic: make it compacted (infra/topics.py), so the whole
+        topic stays short to read. A broker that refuses (an ACL) leaves it as it is: the read is
+        as correct, only longer."""
+        if self.markers in _COMPACTED:
+            return
+        from infra.topics import ensure_compacted
+
+        try:
+            ensure_compacted(self.markers, self.s)
+        except Exception as exc:  # noqa: BLE001 - correctness does not depend on it
+            log.warning("%s: could not make the markers topic %s compacted (%s); it is read whole all the same",
+                        self.stream, self.markers, exc)
+        _COMPACTED.add(self.markers)
+
     def _last_marker(self) -> int | None:
-        """The newest batch id committed for this checkpoint (read_committed, from the tail)."""
+        """The newest batch id committed for this checkpoint: every committed marker of its key,
+        read from the beginning of each markers partition to its end (read_committed). No window:
+        the markers of other streams and checkpoints, and the transactions' control records, may
+        be any number after ours. Fails only when the read stops moving for MARKERS_STALL_S."""
         from kafka import TopicPartition
 
         c = kafka_client.consumer(self.s, isolation_level="read_committed", group_id=None)
@@ -169,15 +191,20 @@ class TransactionalTopic:
             starts = c.beginning_offsets(parts)
             c.assign(parts)
             for tp in parts:
-                c.seek(tp, max(starts[tp], ends[tp] - MARKERS_SCAN))
-            deadline = time.monotonic() + 15
-            while any(c.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
+                c.seek(tp, starts[tp])
+            behind = lambda: sum(max(0, ends[tp] - c.position(tp)) for tp in parts)  # noqa: E731
+            left, moved = behind(), time.monotonic()
+            while left and time.monotonic() - moved < MARKERS_STALL_S:
                 for records in c.poll(timeout_ms=500).values():
                     for r in records:
                         if r.key == self.marker_key:
                             best = max(best if best is not None else -1, json.loads(r.value)["batch_id"])
-            if any(c.position(tp) < ends[tp] for tp in parts):
-                raise RuntimeError(f"could not read the markers topic {self.markers} to its end")
+                now_left = behind()
+                if now_left < left:
+                    left, moved = now_left, time.monotonic()
+            if left:
+                raise RuntimeError(f"could not read the markers topic {self.markers} to its end: {left} record(s) "
+                                   f"still unread after {MARKERS_STALL_S:.0f} s without progress")
             return best
         finally:
             c.close()

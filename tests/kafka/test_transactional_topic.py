@@ -1,5 +1,6 @@
 """The exactly-once Kafka writer of the fraud job, against the real broker: one transaction per
-batch with its marker, replays skipped, a newer instance fencing an older one at the broker."""
+batch with its marker, replays skipped, a newer instance fencing an older one at the broker, the
+last marker found behind any number of other records."""
 from __future__ import annotations
 
 import json
@@ -93,3 +94,44 @@ def test_a_takeover_opens_its_transactions_before_its_first_batch(kafka, setting
     assert Sinks(replace(o, checkpoint=tmp_path / "fresh"), settings, epoch=1).prepare() is None
     sinks.close()
     old.close()
+
+
+def cleanup_policy(settings, topic: str) -> str:
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = kafka_client.admin(settings)
+    try:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {"cleanup.policy": None})],
+                                           config_filter="all")
+        return described["topic"][topic]["cleanup.policy"]["value"]
+    finally:
+        admin.close()
+
+
+def test_the_last_marker_is_found_behind_any_number_of_other_markers(kafka, settings, topic):
+    """The markers topic is shared by the job's streams (decisions, dead letters, poison letters)
+    and holds each transaction's control record too: 300 batches of another stream put 600
+    records after this stream's last marker. A new instance must still find it, or it writes the
+    replayed batch a second time."""
+    # one partition: the other stream's markers land after ours whatever their keys hash to
+    out, other_out, markers = topic("dec"), topic("dlq"), topic("marks", partitions=1)
+    first = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    assert first.write(0, records(0)) and first.write(1, records(1))
+    first.close()
+    busy = TransactionalTopic(settings, "fraud-dlq", other_out, markers, "checkpoint-b")
+    for i in range(300):
+        assert busy.write(i, records(1000 + i, 1))
+    busy.close()
+    ends = kafka_client.end_offsets(markers, settings)
+    assert sum(ends.values()) > 600, ends
+
+    takeover = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    assert not takeover.write(1, records(1)), "the replayed batch 1 is skipped, its marker found"
+    assert takeover.last_committed == 1
+    assert takeover.write(2, records(2))
+    takeover.close()
+    ids = [d["txn_id"] for d in read_committed(out)]
+    assert sorted(ids) == sorted(f"t-{b}-{i}" for b in (0, 1, 2) for i in range(3)), "each batch once"
+    # the topic is compacted, so reading it whole stays short: the newest marker of each key is kept
+    assert cleanup_policy(settings, markers) == "compact"
+
