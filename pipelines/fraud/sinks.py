@@ -45,6 +45,7 @@ DLQ_RAW_LIMIT = DEAD_LETTER_HEAD_BYTES
 # fails only when it stops moving for this long, however long the topic is.
 MARKERS_STALL_S = 15.0
 _COMPACTED: set[str] = set()  # markers topics this process made sure are compacted
+ABORT_WAIT_S = 5.0  # an abort is a courtesy: the next init_transactions (or the broker's timeout) ends it anyway
 
 log = logging.getLogger(JOB)
 
@@ -121,6 +122,12 @@ class Fenced(RuntimeError):
     """The broker or the store says a newer instance owns the job."""
 
 
+class TransactionExpired(RuntimeError):
+    """The broker ended this producer's transaction (its timeout passed, during a long broker
+    outage) while the store says this instance still owns the job: not a fence. The batch fails
+    and Spark replays it; nothing of the ended transaction is readable."""
+
+
 class TransactionalTopic:
     """Writes each batch's records to a topic exactly once, in one Kafka transaction with a marker.
 
@@ -130,9 +137,14 @@ class TransactionalTopic:
     """
 
     def __init__(self, s: Settings, stream: str, topic: str, markers_topic: str, checkpoint_id: str,
-                 **producer_config):
+                 owner=None, **producer_config):
+        """`owner()`: whether this instance still holds the job's newest fencing epoch in the store,
+        the arbiter when the broker answers ProducerFenced/InvalidProducerEpoch (None: no arbiter,
+        every such answer is a fence)."""
         self.s, self.stream, self.topic, self.markers = s, stream, topic, markers_topic
         self.checkpoint_id = checkpoint_id
+        self.owner = owner
+        self.expired = 0  # transactions the broker ended on its timeout while we owned the job
         delivery = s.kafka_delivery_timeout_ms
         self.config = {"transactional_id": f"cardstream-{stream}-{topic}", "acks": "all", "linger_ms": 5,
                        "delivery_timeout_ms": delivery, "request_timeout_ms": max(1000, min(30_000, delivery // 2)),
@@ -154,7 +166,7 @@ class TransactionalTopic:
                     self._ensure_compacted()
                     self.last_committed = self._last_marker()
                 except Exception:
-                    producer.close(timeout=1)
+                    _close(producer, 1)
                     raise
                 self.producer = producer
             return self.producer
@@ -209,8 +221,16 @@ class TransactionalTopic:
         finally:
             c.close()
 
-    def write(self, batch_id: int, records: list[tuple[bytes | None, bytes]]) -> bool:
-        """Send the batch in one transaction; False when its marker was already committed."""
+    def write(self, batch_id: int, records: list[tuple[bytes | None, bytes]], *, _expired: bool = False) -> bool:
+        """Send the batch in one transaction; False when its marker was already committed.
+
+        Every wait is bounded (the flush and the commit each by the producer's transaction timeout,
+        after which the broker aborts the transaction anyway; the abort by ABORT_WAIT_S):
+        a broker outage fails the batch, which Spark replays, instead of hanging it. A
+        ProducerFenced or InvalidProducerEpoch answer is a fence only when the store's epoch says
+        so (`owner`); otherwise the broker ended our transaction on its timeout (a long outage
+        bumps the producer epoch) and the batch is sent again, once, by a new producer, which
+        first reads the markers (the batch is skipped if it did commit)."""
         from kafka.errors import InvalidProducerEpochError, ProducerFencedError
 
         producer = self._ready()
@@ -218,17 +238,28 @@ class TransactionalTopic:
             return False
         try:
             producer.begin_transaction()
+            wait_s = producer.config["transaction_timeout_ms"] / 1000  # the broker aborts it after this anyway
             futures = [producer.send(self.topic, key=k, value=v) for k, v in records]
             marker = {"stream": self.stream, "checkpoint_id": self.checkpoint_id, "batch_id": batch_id,
                       "records": len(records), "ts": now_ms()}
             futures.append(producer.send(self.markers, key=self.marker_key, value=json.dumps(marker).encode()))
-            producer.flush()
+            producer.flush(timeout=wait_s)
             for f in futures:
                 f.get(timeout=0)  # the send's own error, if it failed
-            producer.commit_transaction()
+            self._end(producer, True, wait_s)
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             self._discard()
-            raise Fenced(f"{self.stream}: the broker fenced this producer: {exc}") from exc
+            if not self._owns_job():
+                raise Fenced(f"{self.stream}: the broker fenced this producer: {exc}") from exc
+            if _expired:
+                raise TransactionExpired(
+                    f"{self.stream}: batch {batch_id}: the broker ended this producer's transaction again ({exc!r}) "
+                    f"while this instance holds the job's epoch; the batch fails and is replayed") from exc
+            self.expired += 1
+            log.warning("%s: batch %s: the broker ended the transaction (%r) but the store says this instance still "
+                        "owns the job: its transaction timed out (a broker outage), not a fence; sending the batch "
+                        "again with a new producer", self.stream, batch_id, exc)
+            return self.write(batch_id, records, _expired=True)
         except Exception:
             self._discard(abort=True)
             raise
@@ -243,15 +274,58 @@ class TransactionalTopic:
             return
         try:
             if abort:
-                producer.abort_transaction()
+                self._end(producer, False, ABORT_WAIT_S)
         except Exception:  # noqa: BLE001 - the next init_transactions aborts it anyway
             pass
-        producer.close(timeout=1)
+        _close(producer, 1)
+
+    def _owns_job(self) -> bool:
+        if self.owner is None:
+            return False
+        try:
+            return bool(self.owner())
+        except Exception as exc:  # noqa: BLE001 - an unreadable store proves nothing: treat it as a fence
+            log.warning("%s: could not read the job's epoch from the store (%s)", self.stream, exc)
+            return False
+
+    @staticmethod
+    def _end(producer, commit: bool, timeout_s: float) -> None:
+        """commit_transaction() / abort_transaction() with a bound: kafka-python 3.0.12 waits on
+        the end of a transaction without one (its TransactionalRequestResult.wait takes one, the
+        producer's methods pass none), so this is those methods' own body with a timeout."""
+        from kafka.errors import KafkaTimeoutError
+
+        manager = producer._transaction_manager
+        result = manager.begin_commit() if commit else manager.begin_abort()
+        producer._sender.wakeup()
+        if not result.wait(timeout_ms=max(1.0, timeout_s * 1000)):
+            raise KafkaTimeoutError(f"the transaction was not {'committed' if commit else 'aborted'} "
+                                    f"within {max(0.0, timeout_s):.1f} s")
 
     def close(self) -> None:
         if self.producer is not None:
-            self.producer.close(timeout=5)
+            _close(self.producer, 5)
             self.producer = None
+
+
+def _close(producer, timeout_s: float) -> None:
+    """Close a producer within `timeout_s`, whatever it still holds: kafka-python's close()
+    flushes first and raises when records cannot be delivered (a broker outage), leaving its I/O
+    thread running; then its pending records are failed (the transaction they belong to is never
+    committed) and the thread stopped."""
+    try:
+        producer.close(timeout=timeout_s)
+        return
+    except Exception:  # noqa: BLE001 - records the broker never took
+        pass
+    sender = getattr(producer, "_sender", None)
+    if sender is not None:
+        sender.force_close()
+        sender.join(timeout_s)
+    try:
+        producer.close(timeout=0)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def scored_table(batch_df):
@@ -300,8 +374,18 @@ class Sinks:
     def topic(self, stream: str, topic: str, checkpoint) -> TransactionalTopic:
         if stream not in self._topics:
             self._topics[stream] = TransactionalTopic(self.s, stream, topic, self.o.markers_topic,
-                                                      checkpoints.query_id(checkpoint) or "")
+                                                      checkpoints.query_id(checkpoint) or "", owner=self.owns_job)
         return self._topics[stream]
+
+    def owns_job(self) -> bool:
+        """Whether the store still gives this instance the job's newest epoch: the arbiter when the
+        broker ends a transaction with ProducerFenced (a takeover, or only its transaction timeout
+        after a long outage)."""
+        db = connect(self.o.store_path)
+        try:
+            return fencing.current_epoch(db, JOB) <= self.epoch
+        finally:
+            db.conn.close()
 
     def fenced(self, db, exc: Exception, what: str) -> None:
         fencing.record_rejection(db, JOB, self.epoch, what)

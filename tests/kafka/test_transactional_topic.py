@@ -1,13 +1,17 @@
 """The exactly-once Kafka writer of the fraud job, against the real broker: one transaction per
 batch with its marker, replays skipped, a newer instance fencing an older one at the broker, the
-last marker found behind any number of other records."""
+last marker found behind any number of other records, and a transaction the broker ended on its
+timeout told from a fence by the store's epoch."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
 
+from controlplane import fencing
+from controlplane.store import connect
 from infra import kafka_client
 from pipelines.fraud.sinks import Fenced, TransactionalTopic
 
@@ -135,3 +139,79 @@ def test_the_last_marker_is_found_behind_any_number_of_other_markers(kafka, sett
     # the topic is compacted, so reading it whole stays short: the newest marker of each key is kept
     assert cleanup_policy(settings, markers) == "compact"
 
+
+def log_ends(settings, topic: str) -> tuple[dict, dict]:
+    """({partition: end}, {partition: last stable offset}): what is in the log, and how far a
+    read_committed reader may read (an open transaction holds the second back)."""
+    from kafka import TopicPartition
+
+    ends = {}
+    for level in ("read_uncommitted", "read_committed"):
+        c = kafka_client.consumer(settings, isolation_level=level, group_id=None)
+        try:
+            parts = [TopicPartition(topic, p) for p in kafka_client.partitions(c, topic)]
+            ends[level] = {tp.partition: o for tp, o in c.end_offsets(parts).items()}
+        finally:
+            c.close()
+    return ends["read_uncommitted"], ends["read_committed"]
+
+
+class StallingBatch:
+    """A batch whose production stalls after its first record reached the broker (a GC pause, a
+    starved CPU, a long broker outage) until the broker ended the open transaction on its timeout;
+    iterated again, by a retry, it does not stall."""
+
+    def __init__(self, settings, topic: str, records: list):
+        self.settings, self.topic, self.records = settings, topic, records
+        self.stalls = 0
+
+    def __len__(self):
+        return len(self.records)
+
+    def __iter__(self):
+        if self.stalls:
+            yield from self.records
+            return
+        self.stalls += 1
+        before = sum(log_ends(self.settings, self.topic)[0].values())
+        yield self.records[0]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the record in the log, then the transaction ended
+            ends, stable = log_ends(self.settings, self.topic)
+            if sum(ends.values()) > before + 1 and ends == stable:
+                break  # the record and the abort marker are in, and nothing holds the LSO back
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the broker did not end the transaction on its timeout")
+        yield from self.records[1:]
+
+
+def test_a_transaction_the_broker_ended_on_its_timeout_is_not_a_fence(kafka, settings, topic, tmp_path):
+    """The broker aborts a transaction older than the producer's transaction.timeout.ms and bumps
+    its epoch; the producer's next request is answered ProducerFenced. While the store says this
+    instance still owns the job, that is not a fence (before: `rejected_writes`, exit 3, a false
+    zombie): the batch is sent again by a new producer and lands once. When a newer epoch owns the
+    job, the same answer is a fence."""
+    out, markers = topic("dec"), topic("marks")
+    db = connect(tmp_path / "store.db")
+    epoch = fencing.take_lease(db, "fraud")
+    writer = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a",
+                                owner=lambda: fencing.current_epoch(db, "fraud") <= epoch, transaction_timeout_ms=2000)
+    assert writer.write(0, records(0))
+    stalling = StallingBatch(settings, out, records(1, 4))
+    assert writer.write(1, stalling), "sent again after the broker ended its transaction"
+    assert stalling.stalls == 1 and writer.expired == 1
+    assert not writer.write(1, records(1, 4)), "a replay of the batch is skipped: its marker is committed"
+    ids = [d["txn_id"] for d in read_committed(out)]
+    assert sorted(ids) == sorted([f"t-0-{i}" for i in range(3)] + [f"t-1-{i}" for i in range(4)]), "each once"
+    assert [m["batch_id"] for m in read_committed(markers)] == [0, 1]
+
+    # a takeover: the store's epoch moves on and the new instance fences the old one at the broker
+    fencing.take_lease(db, "fraud")
+    newer = TransactionalTopic(settings, "fraud", out, markers, "checkpoint-a")
+    assert not newer.write(1, records(1, 4))
+    with pytest.raises(Fenced):
+        writer.write(2, records(2))
+    assert writer.expired == 1
+    newer.close()
+    writer.close()
