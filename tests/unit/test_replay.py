@@ -434,3 +434,10 @@ def test_the_stateful_scoring_takes_a_bucket_without_places():
     assert out["score_proximity"] == [0.0, 0.0, 0.0]
     assert all(not math.isnan(x) for name in ("score_avg_ticket", "score_velocity") for x in out[name])
     assert out["p_lat"] == [None, 10.0, 10.0]  # the place of b, kept through c
+
+
+def test_the_first_repeated_id_is_named_with_its_earlier_row():
+    assert R._first_repeat(pa.array([5, 3, 9, 3, 5, 7])) == (1, 3)   # row 3 repeats row 1 (5 repeats later)
+    assert R._first_repeat(pa.array(["b", "a", "c", "a", "b"])) == (1, 3)
+    assert R._first_repeat(pa.array([1, 1, 1])) == (0, 1)
+    assert R._first_repeat(pa.array([1, 2, 3])) is None and R._first_repeat(pa.array(["x"])) is None
