@@ -16,6 +16,7 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import Settings, load
 from infra.contracts import dead_letter_reason
+from infra.histories import REPLAY_HEADER
 from pipelines import guarantees
 from pipelines.audit import paths as path_figures
 from pipelines.audit.cut import lag
@@ -98,13 +99,16 @@ class Auditor:
         self._resumed = True
 
     # -- input contract and labels ----------------------------------------------------------------
-    def _invalid(self, value: bytes | None, appended_at: int) -> bool:
+    def _invalid(self, value: bytes | None, appended_at: int, headers=()) -> bool:
         """Whether the fraud job's input contract rejects this transaction (it goes to the dead
         letters, so it is no part of the truth). The contract's Python mirror, judged at the
         record's append time (the job judges it at its batch's time: the same outside the window's
-        edges). Labels alone miss a malformed record whose readable txn_id is not its label's."""
+        edges), by the replay's rules when the record carries the replay header (`headers`: the
+        record's (key, value) pairs). Labels alone miss a malformed record whose readable txn_id
+        is not its label's."""
+        replay = any(key == REPLAY_HEADER for key, _ in headers)
         return dead_letter_reason(value, now_ms=appended_at, past_ms=self.s.validation_past_seconds * 1000,
-                                  future_ms=self.s.validation_future_seconds * 1000) is not None
+                                  future_ms=self.s.validation_future_seconds * 1000, replay=replay) is not None
 
     def _checkpoint(self, name: str):
         return self.s.checkpoint_root / name

@@ -30,7 +30,7 @@ def code(txn_id: str) -> int:
 
 class TopicIndex:
     def __init__(self, s, topic: str, on_doc=None, reject=None):
-        """`reject(value, timestamp)`: whether a record breaks the input contract (it is indexed
+        """`reject(value, timestamp, headers)`: whether a record breaks the input contract (it is indexed
         as INVALID, whatever txn_id it carries). `on_doc(doc) -> bool`: the record's `bad` flag
         (the labels mark malformed inputs so)."""
         self.s, self.topic, self.on_doc, self.reject = s, topic, on_doc, reject
@@ -109,7 +109,7 @@ class TopicIndex:
 
     def _add(self, r) -> None:
         self.records += 1
-        if self.reject is not None and self.reject(r.value, r.timestamp):
+        if self.reject is not None and self.reject(r.value, r.timestamp, getattr(r, "headers", None) or ()):
             self._index(r, INVALID, False, True)
             return
         try:

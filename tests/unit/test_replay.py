@@ -441,3 +441,23 @@ def test_the_first_repeated_id_is_named_with_its_earlier_row():
     assert R._first_repeat(pa.array(["b", "a", "c", "a", "b"])) == (1, 3)
     assert R._first_repeat(pa.array([1, 1, 1])) == (0, 1)
     assert R._first_repeat(pa.array([1, 2, 3])) is None and R._first_repeat(pa.array(["x"])) is None
+
+
+def test_the_auditor_judges_a_replayed_record_by_the_replays_rules():
+    from collections import namedtuple
+
+    from infra.config import load
+    from pipelines.audit import Auditor
+    from pipelines.audit.topics import INVALID, TopicIndex
+
+    Record = namedtuple("Record", "value timestamp partition offset headers")
+    auditor = Auditor.__new__(Auditor)  # only its contract check, no Kafka
+    auditor.s = load()
+    index = TopicIndex(auditor.s, "transactions", reject=auditor._invalid)
+    old = _txn(lat=..., lon=...)  # 2018, no place: a replayed handbook transaction
+    index._add(Record(old, NOW, 0, 0, [(REPLAY_HEADER, b"run-1")]))
+    index._add(Record(old, NOW, 0, 1, []))            # the same without the header: too old
+    index._add(Record(old, NOW, 0, 2, [("other", b"x")]))
+    index._flush()
+    assert index.partitions()[0].codes.tolist()[0] != INVALID
+    assert index.partitions()[0].codes.tolist()[1:] == [INVALID, INVALID]
