@@ -94,3 +94,41 @@ def test_a_frame_without_headers_is_judged_by_the_live_rules(spark, settings):
                                   "value binary, partition int, offset long, timestamp timestamp")
     rows = sorted(parse_transactions(frame, settings).collect(), key=lambda r: r.offset)
     assert [r.dlq_reason for r in rows] == ["event_time too far in the past", None]
+
+
+def test_the_real_time_path_scores_a_transaction_without_a_place_with_no_proximity_opinion(spark, tmp_path):
+    """realtime.decisions over the Java live profiles: a row with null lat/lon gets proximity 0, a
+    score and a verdict (no null leaks), and leaves the card's place as it was: the next placed
+    transaction is compared with the last real place, as the Python analyzers do."""
+    import time as _time
+    import uuid
+
+    from pyspark.sql import functions as F
+
+    from infra.contracts import ANALYZERS
+    from pipelines.fraud import seed
+    from pipelines.fraud.analyzers import DEFAULT_LIMITS, score_transaction
+    from pipelines.fraud.realtime import decisions
+
+    t0, now = 1_700_000_000_000, int(_time.time() * 1000)
+    places = [(48.8566, 2.3522), (None, None), (40.7128, -74.0060), (None, None), (40.75, -73.99)]
+    rows = [(f"t{i}", "card-x", "m", 2_000 + 10 * i, lat, lon, t0 + i * 1_200_000, 0, i, now, now)
+            for i, (lat, lon) in enumerate(places)]
+    ddl = ("txn_id string, card_id string, merchant_id string, amount_cents long, lat double, lon double, "
+           "event_time long, partition int, offset long, produced_at long, ts_ms long")
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), ddl)
+    df = df.select("*", F.timestamp_millis("ts_ms").alias("kafka_ts"))
+    scope = f"test-{uuid.uuid4().hex[:8]}"
+    plan = seed.Plan(starts={0: 0}, folds={0: 0}, holes={})
+    path = seed.write(tmp_path / f"{scope}.tsv",
+                      seed.seed_lines(scope, seed.Snapshot(), plan, DEFAULT_LIMITS, 86_400_000, 1))
+    out = {r["txn_id"]: r for r in decisions(df, str(path), None, 0.7, 60_000).collect()}
+    profile, want = None, []
+    for _, _, _, amount, lat, lon, t, *_ in rows:
+        scores, profile = score_transaction(profile, {"amount_cents": amount, "lat": lat, "lon": lon, "event_time": t})
+        want.append(scores)
+    assert [want[i]["proximity"] for i in range(5)] == [0.0, 0.0, 1.0, 0.0, 0.0]  # t2: Paris -> New York in 40 min
+    for i in range(5):
+        got = out[f"t{i}"]
+        assert [got[f"score_{n}"] for n in ANALYZERS] == [want[i][n] for n in ANALYZERS], i
+        assert got["score"] is not None and got["is_fraud"] is not None
