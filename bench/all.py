@@ -24,8 +24,10 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from bench.__main__ import scenarios
 from bench.common import logger, own_broker
 from infra.config import ROOT, load
 
@@ -161,7 +163,6 @@ def machine_info() -> dict:
     cpu = first(["cat", "/proc/cpuinfo"], r"model name\s*:\s*(.+)")
     jars = sorted(p.name for p in (ROOT / "infra" / "jars" / "kafka").glob("kafka_*.jar"))
     kafka = re.search(r"kafka_[\d.]+-([\d.]+)\.jar", jars[0]).group(1) if jars else "?"
-    from importlib.metadata import PackageNotFoundError, version
 
     versions = {}
     for dist in ("pyspark", "kafka-python", "quixstreams"):
@@ -201,8 +202,6 @@ def run_once(name: str, args: list[str], timeout: float) -> dict:
 
 
 def main(argv: list[str]) -> dict:
-    from bench.__main__ import scenarios
-
     known = [n for n in scenarios() if n not in ALONE]
     p = argparse.ArgumentParser(prog="python -m bench all")
     p.add_argument("--markdown", action="store_true", help="write the results table (see --out)")

@@ -16,8 +16,9 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from kafka.admin import NewTopic
 
-from infra import kafka_client
+from infra import broker, cluster, kafka_client
 from infra.config import ROOT, Settings
 
 DECISION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
@@ -85,8 +86,6 @@ def scratch(s: Settings, name: str) -> tuple[str, Path, dict[str, str], dict[str
 
 def create_topic(s: Settings, topic: str, partitions: int, append_time: bool = False) -> None:
     """A fresh topic; `append_time` stamps records with the broker's append time (LogAppendTime)."""
-    from kafka.admin import NewTopic
-
     configs = {"message.timestamp.type": "LogAppendTime"} if append_time else {}
     admin = kafka_client.admin(s)
     try:
@@ -200,8 +199,6 @@ def pct(values, q: float) -> float | None:
 @contextlib.contextmanager
 def own_broker(s, log):
     """Start the broker unless one of ours (or KAFKA_BOOTSTRAP) is there; stop it only if we started it."""
-    from infra import broker
-
     started = not s.external_bootstrap and not broker.broker_pids(s)
     bootstrap = broker.up(s, quiet=True)
     if started:
@@ -217,8 +214,6 @@ def own_broker(s, log):
 @contextlib.contextmanager
 def own_cluster(s, log):
     """Start the Spark standalone cluster (infra.cluster) unless ours runs; stop it only if we started it."""
-    from infra import cluster
-
     started = not cluster.master_pids(s)
     t0 = time.monotonic()
     cluster.up(s, quiet=True, kafka=False)

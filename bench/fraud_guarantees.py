@@ -27,6 +27,9 @@ import sys
 import time
 import uuid
 
+from bench.common import own_broker
+from bench.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
+from bench.harness.jobs import wait_for
 from infra.config import load
 from pipelines.audit.paths import episode
 
@@ -40,9 +43,6 @@ def log(msg: str) -> None:
 
 
 def run_one(s, guarantee: str, args) -> dict:
-    from bench.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
-    from bench.harness.jobs import wait_for
-
     run = RealtimeRun(s, guarantee, s.run_dir / f"bench-fraud-guarantees-{uuid.uuid4().hex[:8]}")
     feeder = None
     try:
@@ -98,7 +98,6 @@ def main(argv: list[str]) -> dict:
     args = p.parse_args(argv)
     if args.rate <= 0 or args.before <= 0 or args.after < 0:
         p.error("--rate and --before must be positive and --after zero or more")
-    from bench.common import own_broker
 
     s = load()
     result = {}

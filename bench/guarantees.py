@@ -29,10 +29,12 @@ import time
 import uuid
 from pathlib import Path
 
-from infra.config import load
-from infra.contracts import GUARANTEES
+from bench.common import own_broker
 from bench.harness.jobs import (JobProcess, Producer, Truth, command_status, counts, decision, job_env, produce,
                                 settled, wait_for)
+from infra.config import load
+from infra.contracts import GUARANTEES
+from infra.topics import ensure_topics
 
 
 def log(msg: str) -> None:
@@ -44,6 +46,7 @@ FIGURES = ("truth", "observed", "lost", "duplicated", "replayed", "upstream", "l
 
 def _report(sc: "Scenario") -> dict:
     """The audit of this scenario's queries now (after `settled`), per guarantee."""
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from pipelines import audit
     from pipelines.guarantees import dropped
 
@@ -59,8 +62,8 @@ class Scenario:
     """One fresh topic + store + checkpoint root + job process."""
 
     def __init__(self, s, name: str, workdir: Path, duplicate_rate: float = 0.0):
+        # deferred: the store (sqlite-utils, pandas) loads only where used
         from controlplane.store import connect
-        from infra.topics import ensure_topics
 
         self.s = s
         self.topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
@@ -92,6 +95,7 @@ class Scenario:
 
 
 def crash_after_sink(s, workdir: Path, duplicate_rate: float = 0.0) -> dict:
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import commands
 
     sc = Scenario(s, "crash-after-sink", workdir, duplicate_rate)
@@ -136,6 +140,7 @@ def crash(s, workdir: Path, down_seconds: float = 3.0, duplicate_rate: float = 0
 
 
 def sink_down(s, workdir: Path, seconds: float = 4.0, duplicate_rate: float = 0.0) -> dict:
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import commands
 
     sc = Scenario(s, "sink-down", workdir, duplicate_rate)
@@ -168,7 +173,6 @@ def main(argv: list[str]) -> dict:
     if not 0 <= args.upstream_duplicates <= 1:
         parser.error("--upstream-duplicates is a share between 0 and 1")
     s = load()
-    from bench.common import own_broker
 
     scenarios = {"crash-after-sink": crash_after_sink, "crash": crash, "sink-down": sink_down}
     out = {"upstream_duplicate_rate": args.upstream_duplicates}

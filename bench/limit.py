@@ -27,6 +27,7 @@ import uuid
 from bench.common import create_topic, delete_topics, fill, logger, own_broker, wait_for_rows
 from infra import kafka_client
 from infra.config import load
+from pipelines.engine.session import get_spark
 
 log = logger("limit")
 
@@ -54,8 +55,8 @@ def consume_rate(s, topic: str, n: int, timeout: float) -> float:
 
 def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
     """Spark Kafka source -> noop sink; rows / summed triggerExecution, after a warm-up pass."""
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     from pipelines.engine.sources import read_kafka
-    from pipelines.engine.session import get_spark
 
     spark = get_spark("cardstream-bench-limit", s)
     try:

@@ -19,6 +19,7 @@ import numpy as np
 
 from bench.common import logger
 from infra.config import load
+from pipelines.engine.session import get_spark
 from simulator import patterns as P
 
 log = logger("parse")
@@ -51,9 +52,9 @@ def main(argv: list[str]) -> dict:
     if a.rows < 1 or a.rounds < 1:
         p.error("--rows and --rounds must be at least 1")
 
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     from pyspark.sql import functions as F
 
-    from pipelines.engine.session import get_spark
     from pipelines.engine.sources import parse_transactions
 
     s = load()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -47,7 +48,9 @@ from pathlib import Path
 
 from bench.common import (commit_latencies, create_topic, delete_topics, fill, fraud_in, logger, own_broker,
                           paced_producer, pct, read_stamps)
+from controlplane import ledger
 from infra.config import ROOT, load
+from pipelines.engine.session import get_spark
 
 log = logger("peer")
 EO = "exactly-once"
@@ -65,8 +68,7 @@ INSERT OR IGNORE INTO counts VALUES (1, 0, 0);
 
 def quix_child(args) -> dict:
     """Run the Quix count on `args.topic` until its sink holds `args.expect` records."""
-    import logging
-
+    # deferred: quixstreams only in the peer's child
     from quixstreams import Application
     from quixstreams.sinks.base import BaseSink
 
@@ -172,7 +174,7 @@ def _ms(iso: str) -> int:
 def run_ours(job, topic: str, expect: int, timeout: float, feed=None) -> tuple[dict, list]:
     """Run the exactly-once query on `topic` from a fresh checkpoint and sink until it counted
     `expect`; (its figures, commits as (sink write ms, rows, end offsets)) from the sink ledger."""
-    from controlplane import ledger
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from pipelines.guarantees import counts, policy
     from pipelines.usage.job import reset_sink
 
@@ -306,8 +308,8 @@ def main(argv: list[str]) -> dict:
 
 
 def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str, args, feeder):
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import fencing
-    from pipelines.engine.session import get_spark
     from pipelines.usage.job import UsageJob
 
     s = dataclasses.replace(base, store_path=work / "ours.db", checkpoint_root=work / "checkpoints",

@@ -31,8 +31,10 @@ import time
 import uuid
 
 from bench.common import logger, own_broker
+from controlplane.clock import now_ms
 from infra import kafka_client
 from infra.config import ROOT, Settings, load
+from infra.topics import ensure_topics
 from simulator import evaluation
 
 log = logger("quality")
@@ -182,8 +184,6 @@ def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: 
     `path` "stateful": the job in micro-batch mode, `--available-now`, read from `decisions`;
     "real-time": the job in real-time mode, read from `decisions-rt` until every transaction is
     decided there, then stopped."""
-    from infra.topics import ensure_topics
-
     tag = uuid.uuid4().hex[:8]
     tx, dec, dlq, marks, rt = (f"bench-quality-{name}-{tag}" for name in ("tx", "dec", "dlq", "marks", "rt"))
     ensure_topics([tx, dec, dlq, marks, rt], s=s)
@@ -227,7 +227,7 @@ def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: 
 
 def record(s: Settings, run_id: str, seed: int, threshold: float, figures: dict[str, dict]) -> None:
     """One `quality` row per pattern of this run, so the dashboard shows measured figures only."""
-    from controlplane.clock import now_ms
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane.store import connect, transaction
 
     db = connect(s=s)

@@ -53,6 +53,7 @@ from controlplane import commands
 from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import ROOT, load
+from pipelines import audit
 
 CYCLE = ("sink-down", "task-failure", "crash-after-sink", "broker-down", "crash")
 JOB_FAULTS = ("crash", "crash-after-sink")  # these alternate usage / fraud per cycle
@@ -224,6 +225,7 @@ class Viewer(threading.Thread):
         self.loads, self.with_charts, self.failures, self.last_error = 0, 0, 0, None
 
     def run(self) -> None:
+        # deferred: playwright only where a browser runs
         from playwright.sync_api import sync_playwright
 
         while not self.go.wait(1.0):
@@ -431,8 +433,6 @@ def _lags(db, since_ms: int) -> dict[str, int | None]:
 
 def drain(args, db, bench_s, sup: subprocess.Popen) -> dict:
     """Pause the simulator, let the faults in flight finish and the jobs catch up, then audit."""
-    from pipelines import audit
-
     started = time.monotonic()
     deadline = started + args.drain_s
     cid = commands.issue(db, "pause", "simulator")

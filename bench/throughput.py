@@ -28,8 +28,11 @@ import uuid
 from pathlib import Path
 
 from bench.common import own_broker, own_cluster, wait_for_rows
+from infra import cluster, kafka_client
 from infra.config import load
 from infra.contracts import GUARANTEES
+from infra.topics import ensure_topics
+from pipelines.engine.session import get_spark
 
 
 def log(msg: str) -> None:
@@ -38,7 +41,6 @@ def log(msg: str) -> None:
 
 def _fill(args) -> int:
     s, topic, start, count = args
-    from infra import kafka_client
 
     prod = kafka_client.producer(s, acks=1, linger_ms=50, batch_size=1 << 20, max_request_size=8 << 20)
     now = int(time.time() * 1000)
@@ -68,6 +70,7 @@ def fill(s, topic: str, n: int, processes: int) -> float:
 
 
 def measure(job, guarantee: str, n: int, timeout: float, label: str = "") -> float:
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from pipelines import guarantees
     from pipelines.usage.job import reset_sink
 
@@ -119,9 +122,8 @@ def executors(spark) -> int:
 
 
 def _run(args, base) -> dict:
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import fencing
-    from infra.topics import ensure_topics
-    from pipelines.engine.session import get_spark
     from pipelines.usage.job import UsageJob
 
     topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
@@ -144,8 +146,6 @@ def _run(args, base) -> dict:
             for g in GUARANTEES:
                 out[g] = round(measure(job, g, args.events, args.timeout))
             if not s.spark_master.startswith("local"):
-                from infra import cluster
-
                 out["workers"] = len(cluster.alive_workers(cluster.master_json(s) or {}, s))
                 out["executors"] = executors(spark)
         finally:

@@ -68,6 +68,7 @@ class WorkerState:
 
 # -- pure: commands, ports, the master's JSON ---------------------------------------------------------
 def spark_class() -> Path:
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     import pyspark
 
     return Path(pyspark.__file__).parent / "bin" / "spark-class"

@@ -80,6 +80,7 @@ def _mvn(kind: str, out: Path) -> None:
 
 def _build_jar(out: Path, name: str, root: Path) -> None:
     """Compile the Java sources under `root` against PySpark's jars into `out`/`name`."""
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     import pyspark
 
     javac = shutil.which("javac")

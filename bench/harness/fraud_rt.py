@@ -16,10 +16,13 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.common import delete_topics
+from bench.harness.jobs import JobProcess, log, wait_for
+from controlplane.store import connect
 from infra import kafka_client
 from infra.config import ROOT, Settings
+from infra.topics import ensure_topics
 from pipelines.audit.paths import Stamps
-from bench.harness.jobs import JobProcess, log, wait_for
 
 READY = re.compile(r"\bfraud INFO realtime mode, epoch\b")
 LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
@@ -91,8 +94,6 @@ class RealtimeRun:
     """One guarantee's run: its own topics, store, checkpoint and job process."""
 
     def __init__(self, s: Settings, guarantee: str, work: Path, extra_env: dict | None = None):
-        from infra.topics import ensure_topics
-
         self.s, self.guarantee, self.work = s, guarantee, work
         tag = uuid.uuid4().hex[:8]
         self.tag = tag
@@ -144,8 +145,6 @@ class RealtimeRun:
 
     def runs(self) -> list[tuple[int, str, int]]:
         """(started_at, guarantee, resumed) of each start of the real-time query, as the job recorded it."""
-        from controlplane.store import connect
-
         db = connect(self.work / "store.db")
         try:
             return [tuple(r) for r in db.execute("SELECT started_at, guarantee, resumed FROM fraud_rt_runs "
@@ -169,8 +168,6 @@ class RealtimeRun:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def delete_topics(self) -> None:
-        from bench.common import delete_topics
-
         delete_topics(self.s, self.tag)
 
 

@@ -196,6 +196,7 @@ def wait_for(check, timeout: float, what: str, interval: float = 0.25):
 
 def counts(db) -> dict:
     """{guarantee: {"processed", "fraud"}} for all three guarantees (zeros before the first write)."""
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from pipelines.guarantees import counts as sink_counts
 
     got = sink_counts(db)

@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlplane.ledger import Batch
+
 Offsets = dict  # {topic: {partition (int): offset}}
 
 
@@ -134,7 +136,5 @@ def merge_max(*offsets: Offsets) -> Offsets:
 
 def ledger_batch(sink: str, checkpoint: Path | str, batch_id: int):
     """The sink ledger's name for one batch: its checkpoint's query id and Kafka range."""
-    from controlplane.ledger import Batch
-
     start, end = batch_range(checkpoint, batch_id)
     return Batch(sink, query_id(checkpoint) or "", batch_id, start_offsets=start, end_offsets=end)

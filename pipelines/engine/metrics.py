@@ -10,7 +10,9 @@ import json
 import logging
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryProgress
 
 from controlplane.clock import now_ms
 from controlplane.store import connect
@@ -86,8 +88,6 @@ class ProgressRecorder(StreamingQueryListener):
     @property
     def _jlistener(self):
         """Spark's Python listener wrapper around `JsonBridge` instead of PySpark's own bridge."""
-        from pyspark import SparkContext
-
         if not hasattr(self, "_jlistenerobj"):
             self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(JsonBridge(self))
         return self._jlistenerobj
@@ -106,8 +106,6 @@ class JsonBridge:
         pass
 
     def onQueryProgress(self, jevent):
-        from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryProgress
-
         progress = StreamingQueryProgress.fromJson(json.loads(jevent.progress().json()))
         self.listener.onQueryProgress(QueryProgressEvent(progress=progress))
 

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def kafka_schema():
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     from pyspark.sql import types as T
 
     return T.StructType([T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),

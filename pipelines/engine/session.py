@@ -38,6 +38,7 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     PYSPARK_PYTHON is pinned to the running interpreter so Python workers see the virtualenv's
     packages; the connector jars are local files so nothing is downloaded at job start.
     """
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     from pyspark.sql import SparkSession
 
     s = s or load()
@@ -164,6 +165,7 @@ def warm_up(spark, s: Settings | None = None, topic: str | None = None) -> None:
     (spark.range(64).selectExpr("id % 4 AS k", "id AS v").groupBy("k")
      .applyInPandas(lambda df: df.head(1), "k long, v long").collect())
     if topic:
+        # deferred: kafka-python loads only where Kafka is used
         from infra import kafka_client
 
         (spark.read.format("kafka").options(**kafka_client.spark_options(s or load()))

@@ -4,7 +4,9 @@ A standby (`--standby`) builds its SparkSession and plans first, then waits: it 
 (the next fencing epoch) when the supervisor promotes it (SIGUSR1, sent when it sees the active
 exit) or when the active's heartbeat stops for LEASE_TTL_SECONDS (the supervisor itself is down).
 The active renews its lease every second; when it finds a newer epoch there it has been
-superseded, and its next write is fenced anyway.
+superseded (a takeover while it was frozen, starved or cut off) and it exits at once (4): its
+writes would be fenced, but one with no batch to write would otherwise live on with nothing to
+stop it.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import threading
 
 from controlplane import fencing
 from controlplane.clock import now_ms
+from controlplane.store import connect
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +47,34 @@ def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event) -> 
     return False
 
 
-class Heartbeat(threading.Thread):
-    """Renews the lease every `interval` seconds while the job runs."""
+def exit_superseded(job: str, epoch: int, newer: int) -> None:
+    """The process ends at once (exit 4, EXIT_SUPERSEDED): a newer instance owns the job."""
+    from pipelines.engine.runner import EXIT_SUPERSEDED
 
-    def __init__(self, store_path, job: str, epoch: int, interval: float = 1.0):
+    log.error("%s: epoch %s no longer holds the lease (the job's epoch is %s): a newer instance took over while "
+              "this one was stopped or starved; exiting before it plans or writes another batch", job, epoch, newer)
+    logging.shutdown()
+    os._exit(EXIT_SUPERSEDED)
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every `interval` seconds while the job runs; when a newer epoch holds it,
+    calls `on_lost(job, epoch, newer epoch)`, by default `exit_superseded`. A process frozen past
+    a takeover (the `zombie` fault, a long pause) thus ends within a beat of waking, whether or
+    not a batch of it reaches its fenced write."""
+
+    def __init__(self, store_path, job: str, epoch: int, interval: float = 1.0, on_lost=None):
         super().__init__(name=f"{job}-lease", daemon=True)
         self.store_path, self.job, self.epoch, self.interval = store_path, job, epoch, interval
+        self.on_lost = on_lost or exit_superseded
         self.halt = threading.Event()
 
     def run(self) -> None:
-        from controlplane.store import connect
-
         db = connect(self.store_path)
         while not self.halt.wait(self.interval):
             try:
                 if not fencing.renew(db, self.job, self.epoch):
-                    log.warning("%s: epoch %s no longer holds the lease", self.job, self.epoch)
+                    self.on_lost(self.job, self.epoch, fencing.current_epoch(db, self.job))
                     return
             except Exception as exc:  # noqa: BLE001 - a busy store: try again next beat
                 log.warning("%s: lease renewal failed: %s", self.job, exc)
@@ -67,8 +82,6 @@ class Heartbeat(threading.Thread):
     def stop(self, release: bool = True) -> None:
         self.halt.set()
         if release:
-            from controlplane.store import connect
-
             try:
                 fencing.release(connect(self.store_path), self.job, self.epoch)
             except Exception:  # noqa: BLE001 - the lease then simply expires

@@ -23,6 +23,7 @@ class LiveAuditor:
             self._thread.start()
 
     def _loop(self) -> None:
+        # deferred: kafka-python loads only where Kafka is used
         from pipelines import audit
 
         db = connect(s=self.s)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from controlplane.clock import now_ms
-from controlplane.store import transaction
+from controlplane.store import connect, transaction
 from infra import broker
 from infra.config import Settings
 from pipelines.supervisor import memory
@@ -171,8 +171,6 @@ class Housekeeper:
             self._thread.start()
 
     def _loop(self) -> None:
-        from controlplane.store import connect
-
         db = connect(s=self.s)
         every = max(1.0, self.s.memory_sample_seconds)
         due = time.monotonic()

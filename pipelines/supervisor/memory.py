@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.config import ROOT
+
 PROC = Path("/proc")
 
 
@@ -87,8 +89,6 @@ def store_of(environ: dict[str, str], cwd: Path) -> Path:
     """The store a CardStream process with this environment opens, as `infra.config.load` names it
     (CARDSTREAM_DB, else CARDSTREAM_RUN_DIR/cardstream.db, else .run/ of the checkout; a relative
     path from the process's own working directory)."""
-    from infra.config import ROOT
-
     def absolute(raw: str) -> Path:
         p = Path(raw)
         return p if p.is_absolute() else Path(cwd) / p

@@ -12,8 +12,11 @@ import subprocess
 import sys
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
+from kafka import TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
 
 from infra import broker, kafka_client
 from infra.config import ROOT, load
@@ -71,8 +74,6 @@ def _settled(s, topic: str, timeout_s: float = 30.0) -> list[dict]:
 
 
 def test_topics_have_three_replicas_and_need_two_in_sync(cluster):
-    from kafka.admin import ConfigResource, ConfigResourceType
-
     s, _ = cluster
     name = f"replicated-{uuid.uuid4().hex[:8]}"
     assert ensure_topics([name], s=s) == [name]
@@ -155,8 +156,6 @@ def _read_all(s, topic: str, timeout_s: float = 30.0) -> list:
     """Every record of `topic` from the start to its end now."""
     c = kafka_client.consumer(s, group_id=None, auto_offset_reset="earliest", consumer_timeout_ms=3000)
     try:
-        from kafka import TopicPartition
-
         tps = [TopicPartition(topic, p) for p in kafka_client.partitions(c, topic)]
         c.assign(tps)
         c.seek_to_beginning(*tps)
@@ -172,8 +171,7 @@ def _read_all(s, topic: str, timeout_s: float = 30.0) -> list:
 
 def test_the_broker_down_fault_stops_one_named_node_and_kafka_keeps_answering(cluster, tmp_path):
     """The supervisor's executor (the one that claims `broker-down`) on a store of its own."""
-    from types import SimpleNamespace
-
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import commands
     from controlplane.store import connect
     from pipelines.supervisor.faults import FaultExecutor

@@ -17,11 +17,13 @@ import uuid
 
 import pytest
 
+from bench.harness.jobs import JobProcess, counts, decision, job_env, produce, wait_for
 from controlplane.store import connect
+from dashboard.data import kafka as dashboard_kafka
 from infra import broker, kafka_client
 from infra.config import ROOT, load
 from infra.topics import ensure_topics
-from bench.harness.jobs import JobProcess, counts, decision, job_env, produce, wait_for
+from pipelines.audit.topics import TopicIndex
 
 PORT, CONTROLLER_PORT = 29120, 29121
 SENT = 300
@@ -74,9 +76,6 @@ def test_the_broker_takes_sasl_plain_logins_only(sasl):
 
 
 def test_the_simulator_audit_and_dashboard_log_in(sasl, sent):
-    from dashboard.data import kafka as dashboard_kafka
-    from pipelines.audit.topics import TopicIndex
-
     s, _ = sasl
     index = TopicIndex(s, sent).read()
     assert index.records == SENT
@@ -85,8 +84,6 @@ def test_the_simulator_audit_and_dashboard_log_in(sasl, sent):
 
 
 def test_a_wrong_password_is_one_sentence_not_a_hang(sasl):
-    from dashboard.data import kafka as dashboard_kafka
-
     s, env = sasl
     bad = wrong(env)
     started = time.monotonic()

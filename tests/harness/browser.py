@@ -70,6 +70,7 @@ def chromium():
     if not CHROMIUM.exists():
         pytest.fail(f"Chromium is missing at {CHROMIUM}: install it with infra/install-chromium.sh "
                     "(this test never skips).")
+    # deferred: playwright only where a browser runs
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -25,9 +25,12 @@ Nothing is typed in: five minutes of CardStream are simulated and written as its
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
+import shutil
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,9 +38,12 @@ import numpy as np
 import pytest
 
 from controlplane import ledger
+from controlplane.store import connect
 from infra.contracts import GUARANTEES
 from pipelines import audit
+from pipelines.audit import record_paths
 from pipelines.audit.cut import Partition, figures
+from pipelines.audit.paths import Stamps, survey
 from pipelines.engine.checkpoints import merge_max
 from pipelines.supervisor.faults import phases
 from pipelines.usage.windows import MINUTE_MS, panes_to_windows
@@ -235,8 +241,6 @@ def fraud_audit(stream: Stream, at: int) -> dict:
 
 
 def _iso(ms: int) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
@@ -475,9 +479,6 @@ def write_checkpoints(root: Path, seeded: Seeded, stream: Stream) -> None:
 
 def seeded_copy(source: Path, target: Path) -> Path:
     """A copy of a seeded store file (its WAL checkpointed first), for a test that writes."""
-    import shutil
-    import sqlite3
-
     conn = sqlite3.connect(str(source))
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
@@ -491,8 +492,6 @@ NOW = 1_800_000_000_000
 
 
 def _seeded_world(tmp_path_factory, scenario: str):
-    from controlplane.store import connect
-
     root = tmp_path_factory.mktemp(scenario)
     db = connect(root / "cardstream.db")
     seeded = seed_store(db, NOW, scenario=scenario, checkpoint_root=root / "checkpoints")
@@ -540,9 +539,6 @@ def seed_fraud_paths(db, now: int, guarantee: str = "at-most-once", crash: bool 
     sent again). The stateful path decides 2.1 s after arrival, and after the restart drains its
     backlog at 400 tx/s from 4 s after the restart. The auditor's own arithmetic
     (`pipelines.audit.paths.survey`) turns the topics into the recorded rows."""
-    from pipelines.audit import record_paths
-    from pipelines.audit.paths import Stamps, survey
-
     t0 = now - DURATION_MS
     killed_at = now - 120_000 if crash else None
     restarted_at = killed_at + 6_000 if crash else None

@@ -18,6 +18,7 @@ from controlplane import ledger
 from infra import kafka_client
 from infra.config import ROOT, Topics
 from pipelines import audit, guarantees
+from pipelines.audit.topics import TopicIndex
 from pipelines.usage.job import record_start
 
 
@@ -176,8 +177,6 @@ def test_the_audit_holds_only_what_it_has_not_folded(kafka, settings, topic, sto
 def test_txn_ids_are_read_again_from_kafka_and_a_short_read_refuses_to_fold(kafka, settings, topic, tmp_path):
     """The fraud cut's txn_ids come from Kafka, range by range, each offset once; when the topic does
     not give the whole range (here: offsets it does not have yet), nothing is taken and the fold waits."""
-    from pipelines.audit.topics import TopicIndex
-
     s = _settings(settings, topic, tmp_path)
     produce(s.topics.transactions, [decision(i) for i in range(6)])
     index = TopicIndex(s, s.topics.transactions).read()

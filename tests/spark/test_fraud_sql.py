@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from infra.contracts import ANALYZERS
+from pipelines.fraud import seed
 from pipelines.fraud.aggregator import aggregate, aggregate_columns
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, score_transaction
 from pipelines.fraud.state import profile_to_row
@@ -30,6 +32,7 @@ ROW_DDL = ("card_id string, amount_cents long, lat double, lon double, event_tim
 
 def live(spark, rows, seed_path):
     """Score `rows` (in this order, one Spark task) through the Java live profiles."""
+    # deferred: kafka-python loads only where Kafka is used
     from pipelines.fraud.realtime import live_scores
 
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), ROW_DDL)
@@ -38,8 +41,6 @@ def live(spark, rows, seed_path):
 
 
 def seed_file(tmp_path, snapshot=None, folds=None, holes=None):
-    from pipelines.fraud import seed
-
     scope = f"test-{uuid.uuid4().hex[:8]}"
     p = seed.Plan(starts=folds or {0: 0}, folds=folds or {0: 0}, holes=holes or {})
     return seed.write(tmp_path / f"{scope}.tsv",
@@ -113,8 +114,6 @@ def test_a_replay_folds_nothing_twice(spark, tmp_path):
 def test_seeded_profiles_and_a_hole(spark, tmp_path):
     """A seed's profile is where a card starts (as the stateful path left it); a partition with a
     hole says how old the hole is in every decision's profile age."""
-    from pipelines.fraud import seed
-
     rows = stream()
     cut = 40
     want, _ = python_scores(rows)
@@ -132,6 +131,7 @@ def test_seeded_profiles_and_a_hole(spark, tmp_path):
 def test_at_most_once_folds_what_it_does_not_decide(spark, tmp_path):
     """At-most-once sends no decision for a transaction appended before its start, but its card's
     profile still folds it: the filter stays above the Java call in Spark's plan."""
+    # deferred: pyspark and kafka-python load only where used
     from pyspark.sql import functions as F
 
     from pipelines.fraud.realtime import decisions
@@ -164,8 +164,7 @@ def test_the_stateful_processor_scores_as_the_python_analyzers(spark, settings, 
     """The stateful path's per-card scoring (CardScoring.java by default, the pandas processor with
     FRAUD_PROCESSOR=python) agrees with pipelines.fraud.analyzers, the profiles carried from one
     micro-batch to the next in Spark's state; its p_* columns are the profile after each row."""
-    from dataclasses import replace
-
+    # deferred: pyspark, kafka-python and the store (pandas) load only where used
     from pyspark.sql import functions as F
 
     from pipelines.fraud.job import per_card

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
+from datetime import datetime, timezone
 
 import numpy as np
+from pyspark.sql import functions as F
 
 from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES, TRANSACTION_FIELDS, dead_letter_reason
 from pipelines.engine.sources import DECISIONS_REJECTED, decision_reasons, parse_decisions, parse_transactions
@@ -19,8 +22,6 @@ KAFKA_DDL = "value binary, partition int, offset long, timestamp timestamp"
 
 
 def kafka_frame(spark, values):
-    from datetime import datetime, timezone
-
     ts = datetime.fromtimestamp(NOW / 1000, timezone.utc)
     return spark.createDataFrame([(v, 0, i, ts) for i, v in enumerate(values)], KAFKA_DDL)
 
@@ -50,8 +51,6 @@ def test_every_malformed_kind_gets_its_reason_in_spark_as_in_python(spark, setti
 
 
 def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(spark, settings):
-    from pyspark.sql import functions as F
-
     ok = [fields(), fields(amount_cents=1, lat=-90, lon=180), fields(amount_cents=P.MAX_AMOUNT_CENTS),
           fields(txn_id="x" * MAX_ID_BYTES, card_id="\u20ac" * (MAX_ID_BYTES // 3)),
           fields(merchant_id=None, currency=None), fields(t=NOW - 7 * P.DAY_MS), fields(t=NOW + 300_000),
@@ -73,6 +72,7 @@ def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(sp
 
 
 def test_a_currency_gets_the_same_verdict_in_spark_as_in_python(spark, settings):
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from tests.unit.test_validation import CURRENCIES
 
     payloads = [json.dumps(fields(currency=c), ensure_ascii=False).encode() for c, _ in CURRENCIES]
@@ -83,8 +83,6 @@ def test_a_currency_gets_the_same_verdict_in_spark_as_in_python(spark, settings)
 
 
 def test_the_window_follows_the_settings_and_the_processing_time(spark, settings):
-    from dataclasses import replace
-
     payload = P._json(fields(t=NOW - 3_600_000))
     narrow = replace(settings, validation_past_seconds=60, validation_future_seconds=1)
     assert parse_transactions(kafka_frame(spark, [payload]), settings, now_ms=NOW).first().dlq_reason is None
@@ -128,8 +126,6 @@ def test_decisions_get_the_same_contract(spark, settings):
 def test_rejected_decisions_are_not_counted_and_are_reported_per_batch(spark, settings, tmp_path):
     """parse_decisions in a real streaming query: the rejected ones are left out of the batch and
     counted in the query progress's observed metric."""
-    from pyspark.sql import functions as F
-
     good = [json.dumps({**DECISION, "txn_id": f"t-{i}", "event_time": int(time.time() * 1000)}).encode()
             for i in range(5)]
     bad = [json.dumps({**DECISION, "txn_id": ""}).encode(), b"{oops",

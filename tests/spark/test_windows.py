@@ -9,6 +9,7 @@ S, MIN = 1000, 60_000
 
 
 def frame(spark, rows):
+    # deferred: pyspark (and its JVM) loads only where Spark runs
     from pyspark.sql import functions as F
 
     df = spark.createDataFrame(rows, "card_id string, event_time long, is_fraud boolean")

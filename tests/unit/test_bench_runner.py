@@ -4,13 +4,14 @@ arguments. No Kafka, no Spark: the scenarios themselves are benchmarks, run with
 bench`, not tests."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 from bench.all import flatten, render_markdown, summarize
 from bench.common import commit_latencies, fraud_in, pct, record
-from bench.latency import percentile, quality
+from bench.latency import percentile, quality, realtime_figures
 from infra.config import ROOT
 
 
@@ -56,8 +57,6 @@ def test_commit_latencies_pick_the_first_commit_covering_each_record():
 
 
 def test_generated_records_have_the_truth_the_peer_checks():
-    import json
-
     rows = [json.loads(record("decisions", "tx", i, 0)) for i in range(101)]
     assert sum(r["is_fraud"] for r in rows) == fraud_in(101) == 3
     assert json.loads(record("transactions", "tx", 7, 5))["produced_at"] == 5
@@ -95,8 +94,6 @@ def test_quality_counts_precision_and_recall_against_labels():
 
 
 def test_realtime_figures_use_each_measured_transaction_s_first_decision():
-    from bench.latency import realtime_figures
-
     appended = {"a": 1_000, "b": 2_000, "warm": 10}
     records = [({"txn_id": "warm", "decided_at": 20, "profile_age_ms": 9_999}, 30),       # before since
                ({"txn_id": "a", "decided_at": 1_004, "profile_age_ms": 4}, 1_006),

@@ -1,10 +1,13 @@
 """`bench state`'s plain part: the bytes a batch wrote are the files modified since it started."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
+from bench.common import scratch
 from bench.state import written_since
+from infra.config import load
 
 
 def test_only_files_modified_since_count_by_their_blocks(tmp_path):
@@ -21,11 +24,6 @@ def test_only_files_modified_since_count_by_their_blocks(tmp_path):
 
 
 def test_a_bench_scratch_world_has_its_own_folder_topics_and_store(tmp_path):
-    import dataclasses
-
-    from bench.common import scratch
-    from infra.config import load
-
     s = dataclasses.replace(load(), run_dir=tmp_path / "run")
     tag, work, topics, env = scratch(s, "state")
     tag2, work2, topics2, _ = scratch(s, "state")

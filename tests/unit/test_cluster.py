@@ -3,15 +3,20 @@ JSON read into worker states, an application's executor settings, the Python zip
 the Overview's link to the master's UI."""
 from __future__ import annotations
 
+import socket
 import zipfile
+from types import SimpleNamespace
 
 import pytest
 
+from controlplane import commands
+from controlplane.store import connect
 from dashboard.data import overview
 from infra import cluster
 from infra.config import load
 from pipelines.engine.session import cluster_conf, memory_mb, on_loopback_cluster, python_zip
-from tests.unit.test_dashboard_pages import db_path, dead_broker  # noqa: F401 - fixtures
+from pipelines.supervisor.faults import FaultExecutor
+from tests.unit.test_dashboard_pages import db_path, dead_broker, seed, text_of  # noqa: F401 - fixtures
 
 ENV = {"CARDSTREAM_RUN_DIR": "/tmp/cs-test-run", "CLUSTER": "1", "SPARK_MASTER_PORT": "17077",
        "SPARK_MASTER_UI_PORT": "18080", "SPARK_WORKERS": "2", "SPARK_WORKER_CORES": "4",
@@ -111,7 +116,7 @@ def test_overview_links_the_master_ui_only_on_the_local_cluster(s):
 
 
 def test_overview_page_shows_the_master_ui_link(db_path, dead_broker, monkeypatch):
-    from tests.unit.test_dashboard_pages import seed, text_of
+    # deferred: plotly only where a chart is drawn
     from tests.unit.test_dashboard_first_minute import _page
 
     seed(db_path)
@@ -126,8 +131,6 @@ def test_overview_page_shows_the_master_ui_link(db_path, dead_broker, monkeypatc
 
 
 def test_a_taken_master_port_is_one_sentence(tmp_path):
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
@@ -147,12 +150,6 @@ def test_a_taken_master_port_is_one_sentence(tmp_path):
     ({}, 1, "failed: Spark worker 1 is not running here (the cluster is not ours, or the worker is down)"),
 ])
 def test_worker_down_is_refused_in_one_sentence(tmp_path, env, worker, says):
-    from types import SimpleNamespace
-
-    from controlplane import commands
-    from controlplane.store import connect
-    from pipelines.supervisor.faults import FaultExecutor
-
     db = connect(tmp_path / "store.db")
     s = load({**ENV, "CARDSTREAM_RUN_DIR": str(tmp_path), **env})
     ex = FaultExecutor(SimpleNamespace(db=db, s=s))

@@ -3,16 +3,20 @@ module when the broker does not answer, and the catalogue-derived inputs."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from controlplane import commands
 from controlplane.faults import CATALOGUE, FAULTS
+from controlplane.store import connect
 from dashboard import forms
 from dashboard.data import faults as data, kafka
 from dashboard.views import text
 from infra.config import load
 from tests.harness.dashboard_seed import BAD, NOW, POISON_BATCH, seed_poison, seed_store
+from tests.unit.test_dashboard_pages import APP
 
 
 @pytest.fixture
@@ -72,7 +76,6 @@ def test_every_input_comes_from_the_catalogue():
     assert forms._step(CATALOGUE["set-fraud-rate"].param("fraud_rate")) == 0.001
     assert forms._step(CATALOGUE["late-burst"].param("count")) == 10
     defaults = {str(p.default) for f in CATALOGUE.values() for p in f.params if p.default is not None}
-    from pathlib import Path
 
     source = "\n".join(p.read_text() for p in Path(forms.__file__).parent.rglob("*.py"))
     for kind in FAULTS:
@@ -105,11 +108,6 @@ def test_poison_batches_and_dead_letter_send_failures(store):
 
 
 def test_the_faults_page_shows_poison_batches(store, tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    from controlplane.store import connect
-    from tests.unit.test_dashboard_pages import APP
-
     path = tmp_path / "dash.db"
     for name, value in {"CARDSTREAM_DB": str(path), "CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
                         "DASHBOARD_HOST": "127.0.0.1", "KAFKA_BOOTSTRAP": f"127.0.0.1:{closed_port()}"}.items():

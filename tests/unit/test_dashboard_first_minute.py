@@ -10,10 +10,9 @@ from streamlit.testing.v1 import AppTest
 from controlplane.clock import now_ms
 from controlplane.store import connect
 from dashboard import charts
-from dashboard.data import checkpoints as ckpt
-from dashboard.data import overview as data
+from dashboard.data import checkpoints as ckpt, overview as data
 from tests.harness.dashboard_seed import NOW, seed_first_minute, world  # noqa: F401 - a fixture
-from tests.unit.test_dashboard_pages import APP, db_path, dead_broker, text_of  # noqa: F401 - fixtures
+from tests.unit.test_dashboard_pages import APP, db_path, dead_broker, seed, text_of  # noqa: F401 - fixtures
 
 
 @pytest.mark.parametrize("phase", ["session", "first-batch", "warm"])
@@ -112,7 +111,6 @@ def test_overview_in_the_first_minute(db_path, dead_broker, phase, words):
 
 
 def test_checkpoints_page_per_query(db_path, dead_broker):
-    from tests.unit.test_dashboard_pages import seed
     seed(db_path)
     at = _page("checkpoints")
     assert not at.exception

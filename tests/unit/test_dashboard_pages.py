@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from streamlit import config
 from streamlit.testing.v1 import AppTest
 
 from controlplane.clock import now_ms
@@ -263,8 +264,6 @@ def test_buttons_ask_for_the_token_when_one_is_set(db_path, dead_broker, monkeyp
 @pytest.fixture
 def listening_everywhere():
     """The server option as `--server.address 0.0.0.0` sets it (it wins over DASHBOARD_HOST)."""
-    from streamlit import config
-
     before = config.get_option("server.address")
     config.set_option("server.address", "0.0.0.0")
     yield

@@ -2,6 +2,9 @@
 store: the newest run only, fraud patterns first, and nothing before a bench has run."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from controlplane.store import connect
 from dashboard.data import quality
 
 
@@ -41,11 +44,8 @@ def test_latency_runs_the_newest_per_path_and_rate(store):
 
 
 def test_overview_shows_the_recorded_figures_and_says_what_they_are(tmp_path, monkeypatch):
-    from pathlib import Path
-
+    # deferred: streamlit only where a page renders
     from streamlit.testing.v1 import AppTest
-
-    from controlplane.store import connect
 
     path = tmp_path / "dash.db"
     monkeypatch.setenv("CARDSTREAM_DB", str(path))

@@ -3,6 +3,7 @@ consistent, never derived from lag; no progress row for an uncommitted batch), t
 the token rule, and bounded reads on indexes."""
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
 
 import pytest
@@ -113,6 +114,4 @@ def test_recent_reads_use_indexes(store):
 
 
 def test_the_old_flat_module_is_gone():
-    import importlib.util
-
     assert importlib.util.find_spec("dashboard.data").submodule_search_locations  # a package now

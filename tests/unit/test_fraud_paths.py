@@ -2,6 +2,8 @@
 real-time guarantee: plain functions on hand-made stamps, each case what a real run produces."""
 from __future__ import annotations
 
+import numpy as np
+
 from controlplane import faults
 from infra.config import load
 from pipelines.audit.paths import AFTER_RECOVERY_MS, Stamps, buckets, episode, first
@@ -110,8 +112,6 @@ def test_buckets_count_duplicates_and_judge_a_path_from_its_start_only():
 
 
 def test_fast_alerts_confirmed_by_the_stateful_path_only_once_it_has_decided_them():
-    import numpy as np
-
     tx = stream(100)  # 10 s of arrivals, two 5 s slices
     rt = Stamps(tx.codes, tx.times + 8, np.isin(tx.codes, [1, 2, 3, 60, 61]))
     # the stateful path flags 2, 3 and 60, and has not decided 61 yet

@@ -1,14 +1,16 @@
 """Plain-Python pieces of the fraud job (state codec, bucket scoring, sink records, CLI): no Spark, no Kafka."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from infra.config import load
 from infra.contracts import DECISION_FIELDS
-from pipelines.fraud.analyzers import CardProfile, ProximityState, TicketState, VelocityState
+from pipelines.fraud.analyzers import (DEFAULT_LIMITS, CardProfile, ProximityState, TicketState, VelocityState,
+                                       score_transaction)
 from pipelines.fraud.job import parse_args
 from pipelines.fraud.sinks import decision_records
-from pipelines.fraud.state import profile_from_row, profile_to_row
+from pipelines.fraud.state import TXN_COLUMNS, profile_from_row, profile_to_row, score_cards
 
 
 def test_profile_round_trips_through_the_state_row():
@@ -37,11 +39,6 @@ def test_bad_arguments_are_one_clear_error(capsys):
 
 
 def test_a_bucket_scores_each_card_in_event_order_and_touches_only_its_cards():
-    import pandas as pd
-
-    from pipelines.fraud.analyzers import score_transaction
-    from pipelines.fraud.state import TXN_COLUMNS, score_cards
-
     def txn(i, card, t, amount=1000, lat=48.85, lon=2.35):
         return {"txn_id": f"t{i}", "card_id": card, "merchant_id": "m", "amount_cents": amount, "lat": lat,
                 "lon": lon, "event_time": t, "produced_at": t, "offset": i}
@@ -75,6 +72,4 @@ def test_a_bucket_scores_each_card_in_event_order_and_touches_only_its_cards():
 
 
 def _limits():
-    from pipelines.fraud.analyzers import DEFAULT_LIMITS
-
     return DEFAULT_LIMITS

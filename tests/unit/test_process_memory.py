@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from infra.config import ROOT, load
 from pipelines.supervisor import housekeeping, memory
 
 STATUS = "Name:\tjava\nState:\tS (sleeping)\nVmPeak:\t 5000000 kB\nVmRSS:\t  715044 kB\nRssAnon:\t 700000 kB\n"
@@ -32,8 +33,6 @@ def test_a_drivers_jvm_and_its_python_workers():
 
 
 def test_which_store_a_process_opens(tmp_path):
-    from infra.config import ROOT
-
     assert memory.store_of({"CARDSTREAM_DB": "/x/y.db"}, tmp_path) == Path("/x/y.db")
     assert memory.store_of({"CARDSTREAM_RUN_DIR": "run"}, tmp_path) == tmp_path / "run" / "cardstream.db"
     assert memory.store_of({}, tmp_path) == ROOT / ".run" / "cardstream.db"
@@ -68,8 +67,6 @@ def test_sampling_real_processes(tmp_path):
 
 
 def test_bytes_on_disk(tmp_path, store):
-    from infra.config import load
-
     root = tmp_path / "checkpoints"
     (root / "fraud" / "state" / "0").mkdir(parents=True)
     (root / "fraud" / "state" / "0" / "1.zip").write_bytes(b"x" * 1000)
@@ -88,8 +85,6 @@ def test_bytes_on_disk(tmp_path, store):
 
 
 def test_a_pass_records_one_row_per_process_and_per_storage(tmp_path, store):
-    from infra.config import load
-
     s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "STORE_RETENTION_HOURS": "24"})
     done = housekeeping.run_pass(store, s, {"supervisor": (os.getpid(), False)}, now=1_900_000_000_000)
     assert [r[0] for r in done["processes"]] == ["supervisor"]

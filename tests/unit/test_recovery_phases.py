@@ -2,8 +2,11 @@
 supervisor records it and `bench recovery` sums it up."""
 from __future__ import annotations
 
+import pandas as pd
+
 from bench.recovery import median_phases
 from controlplane.store import connect
+from dashboard.data.faults import recoveries
 from pipelines.supervisor.faults import phases
 
 KILL = 1_900_000_000_000
@@ -36,10 +39,8 @@ def test_the_recoveries_table_keeps_the_phases_and_the_bench_takes_their_medians
 
 
 def test_the_recovery_chart_stacks_the_phases_and_marks_what_was_not_broken_down(tmp_path):
-    import pandas as pd
-
+    # deferred: plotly only where a chart is drawn
     from dashboard import charts
-    from dashboard.data.faults import recoveries
 
     db = connect(tmp_path / "store.db")
     db["recoveries"].insert({"job": "fraud", "fault": "crash", "killed_at": KILL, "recovered_at": KILL + 9_000,

@@ -6,6 +6,7 @@ bad +-0.004).
 """
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import os
@@ -15,6 +16,8 @@ import sys
 import time
 
 import pytest
+from kafka.partitioner.default import murmur2
+from kafka.record.util import encode_varint
 
 from infra.config import ROOT
 from infra.contracts import LABEL_FIELDS, TRANSACTION_FIELDS, dead_letter_reason
@@ -44,8 +47,6 @@ def fingerprint(events):
 # ------------------------------------------------------------------ Kafka's own encodings
 
 def test_partitions_match_kafkas_default_partitioner():
-    from kafka.partitioner.default import murmur2
-
     rnd = random.Random(3)
     keys = [bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 40))) for _ in range(3000)]
     keys += [b"c%07d" % i for i in range(500)] + [b"c%07dr%d" % (i, i % 3) for i in range(500)]
@@ -55,8 +56,6 @@ def test_partitions_match_kafkas_default_partitioner():
 
 
 def test_varints_match_kafkas_record_encoding():
-    from kafka.record.util import encode_varint
-
     for value in [0, 1, 63, 64, 127, 128, 300, 16_383, 16_384, 32_767, 32_768, 1_000_000, 2**40]:
         out = bytearray()
         encode_varint(value, out.append)
@@ -133,8 +132,6 @@ def test_late_events_arrive_behind_the_stream_by_at_least_the_lag():
 def test_every_malformed_message_is_a_dead_letter_of_its_kind():
     """Drawn at random from the corpus (`BAD_REASONS`; tests/unit/test_validation.py covers each kind
     in depth): each is caught with its kind's reason, and its label finds its dead letter."""
-    import base64
-
     events = make(6000, fraud_rate=0.0, bad_rate=0.3)
     seen = collections.Counter()
     for e in events:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane import ledger
-from controlplane.store import transaction
+from controlplane.store import TABLES, transaction
 from pipelines.supervisor import housekeeping
 
 HOUR = 3_600_000
@@ -93,8 +93,6 @@ def test_a_retention_of_zero_keeps_everything(store):
 
 @pytest.mark.parametrize("rule", housekeeping.RULES, ids=lambda r: r.table)
 def test_every_rule_names_a_table_and_time_column_of_the_store(rule):
-    from controlplane.store import TABLES
-
     columns, _ = TABLES[rule.table]
     assert columns[rule.column] is int and (rule.ends is None or columns[rule.ends] is int)
     assert rule.table not in ("sink_batches", "commands", "quarantines")

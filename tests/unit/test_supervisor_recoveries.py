@@ -9,6 +9,7 @@ from controlplane import commands
 from controlplane.store import connect
 from infra.config import load
 from pipelines.supervisor.faults import FaultExecutor
+from pipelines.supervisor.processes import Child, standby_waits
 
 
 def executor(tmp_path) -> FaultExecutor:
@@ -40,8 +41,6 @@ def test_after_a_takeover_the_next_standby_waits_for_the_first_batch_or_the_cap(
     """A new standby's JVM start and rehearsal would share two cores with the takeover's first
     batch: the slot waits while that recovery is pending, up to the cap; a dead standby's backoff
     is kept as before."""
-    from pipelines.supervisor.processes import Child, standby_waits
-
     slot = Child("usage-standby", ["true"], Path("/dev/null"), after_takeover=True, restart_at=130.0)
     assert standby_waits(slot, takeover_pending=True, now=100.0)
     assert not standby_waits(slot, takeover_pending=False, now=100.0)  # its recovery was measured
