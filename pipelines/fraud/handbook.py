@@ -353,6 +353,28 @@ def _decisions(frame: pd.DataFrame) -> np.ndarray | None:
     return d.astype(bool).to_numpy()
 
 
+def join_decisions(test: pd.DataFrame, decisions: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The test payments with their decisions (`decisions`: txn_id, score, is_fraud, e.g. read from
+    the `decisions` topic) -> (the decided test payments with `score` and `is_fraud`, ready for
+    `evaluate`; {"undecided": test payments without a decision, "duplicates": decision records
+    beyond the first of their txn_id}). Decisions of payments outside the test set are ignored; a
+    duplicated decision counts once (the first)."""
+    cols = [c for c in ("txn_id", "score", "is_fraud") if c in decisions.columns]
+    if "txn_id" not in cols or "score" not in cols:
+        raise ValueError("decisions need the columns txn_id and score.")
+    relevant = decisions.loc[decisions["txn_id"].isin(test["txn_id"]), cols]
+    duplicates = int(relevant.duplicated("txn_id").sum())
+    first = relevant.drop_duplicates("txn_id", keep="first")
+    scored = test.drop(columns=[c for c in ("score", "is_fraud") if c in test.columns]).merge(first, on="txn_id", how="left")
+    undecided = scored["score"].isna()
+    return scored[~undecided].reset_index(drop=True), {"undecided": int(undecided.sum()), "duplicates": duplicates}
+
+
+def _plain(value):
+    """A scenario as a JSON-friendly key: the handbook's are whole numbers."""
+    return int(value) if isinstance(value, (int, np.integer)) else value
+
+
 def _or_none(f, *args):
     try:
         return round(f(*args), 6)
@@ -364,7 +386,7 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
     """The protocol's figures over a scored test frame (`test_frame` + `score`, optionally the
     decision `is_fraud`; `day` (or `event_time`), `card_id`, `label`, `scenario`):
 
-    {auc_roc, average_precision, card_precision_at_100, card_precision_per_day, test_transactions,
+    {auc_roc, average_precision, card_precision_at_100, card_precision_at_100_per_day, test_transactions,
      test_frauds, test_compromised_cards, per_scenario: {s: {...}}}, and, with decisions,
     {flagged, precision, recall}.
 
@@ -410,7 +432,7 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
 
     # which scenarios each detected card-day had
     fraud_rows = data[data["label"] == 1]
-    day_card_scen = fraud_rows.groupby(["day", "card_id"])["scenario"].agg(lambda v: set(int(x) for x in v))
+    day_card_scen = fraud_rows.groupby(["day", "card_id"])["scenario"].agg(lambda v: set(_plain(x) for x in v))
     detected_scen: dict[int, int] = {}
     for day, cards in zip(cp.days, cp.detected):
         for c in cards:
@@ -427,7 +449,7 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
 
     genuine = y == 0
     per = {}
-    for scen in sorted(int(v) for v in data.loc[data["label"] == 1, "scenario"].unique()):
+    for scen in sorted(_plain(v) for v in data.loc[data["label"] == 1, "scenario"].unique()):
         mine = (data["scenario"].to_numpy() == scen) & (y == 1)
         keep = mine | genuine
         entry = {"frauds": int(mine.sum()),
@@ -497,15 +519,13 @@ def score_lr(model, spark, frame, features=HANDBOOK_LR_FEATURES) -> np.ndarray:
     """The fraud probability of each row of `frame` (pandas: same order; its `features` columns),
     from a model of `fit_baseline_lr`."""
     from pyspark.ml.functions import vector_to_array
-    from pyspark.sql import functions as F
 
     features = list(features)
     pdf = frame[features].astype(float).reset_index(drop=True)
     pdf["_row"] = np.arange(len(pdf), dtype=np.int64)
     scored = model.transform(spark.createDataFrame(pdf))
-    got = (scored.select("_row", vector_to_array("lr_probability")[1].alias("p"))
-           .orderBy(F.col("_row")).toPandas())
-    return got["p"].to_numpy(dtype=float)
+    got = scored.select("_row", vector_to_array("lr_probability")[1].alias("p")).toPandas()
+    return got.sort_values("_row")["p"].to_numpy(dtype=float)   # the row order, whatever Spark's
 
 
 def lr_summary(model, features=HANDBOOK_LR_FEATURES) -> dict:

@@ -14,7 +14,7 @@ import pytest
 from infra.histories import HANDBOOK
 from pipelines.fraud.features import BASELINE_FEATURES
 from pipelines.fraud.handbook import (HandbookDataMissing, Protocol, baseline_features, evaluate,
-                                      known_compromised, load_history, test_frame)
+                                      join_decisions, known_compromised, load_history, test_frame)
 
 pytestmark = pytest.mark.unit
 
@@ -231,6 +231,17 @@ def test_evaluate_gives_the_three_figures_and_each_scenario_s():
     assert two["auc_roc"] == pytest.approx(4 / 6, abs=1e-6)
     # C compromised on both days; not in day 1's top 2, found on day 2
     assert (two["cards_detected_at_k"], two["cards_compromised"]) == (1, 2)
+
+
+def test_decisions_join_the_test_payments_counting_the_undecided_and_the_duplicated():
+    test = pd.DataFrame({"txn_id": ["hb-1", "hb-2", "hb-3"], "day": [1, 1, 1], "card_id": ["A", "B", "C"],
+                         "label": [1, 0, 0]})
+    decisions = pd.DataFrame({"txn_id": ["hb-1", "hb-1", "hb-3", "hb-99"], "score": [0.9, 0.1, 0.2, 0.5],
+                              "is_fraud": [True, False, False, True]})
+    scored, counts = join_decisions(test, decisions)
+    assert counts == {"undecided": 1, "duplicates": 1}          # hb-2 undecided; hb-1 twice; hb-99 not a test payment
+    assert scored[["txn_id", "score", "is_fraud"]].values.tolist() == [["hb-1", 0.9, True], ["hb-3", 0.2, False]]
+    assert evaluate(scored, k=1)["recall"] == 1.0
 
 
 def test_evaluate_refuses_unscored_or_undecided_payments():
