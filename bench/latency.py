@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.clock import now_ms
@@ -263,7 +264,7 @@ def _stop(proc: subprocess.Popen, grace_s: float = 30) -> None:
             proc.wait()
 
 
-def main(argv: list[str]) -> dict:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench latency")
     p.add_argument("--mode", choices=("microbatch", "realtime"), default="microbatch")
     p.add_argument("--rate", type=float, default=1_000.0)
@@ -283,112 +284,167 @@ def main(argv: list[str]) -> dict:
     args = p.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
         p.error("--rate and --seconds must be positive and --warmup zero or more")
+    return args
 
+
+@dataclass
+class Run:
+    """One run's fresh topics and folder; `out` is where its mode's decisions land (micro-batch:
+    `decisions`, exactly once; real-time: `decisions-rt`)."""
+    mode: str
+    work: Path
+    tx: str
+    labels: str
+    dec: str
+    dlq: str
+    marks: str
+    rt: str
+
+    @classmethod
+    def fresh(cls, s, mode: str) -> "Run":
+        tag = uuid.uuid4().hex[:8]
+        run = cls(mode, s.run_dir / f"bench-latency-{tag}",
+                  *(f"bench-{name}-{tag}" for name in ("tx", "labels", "dec", "dlq", "marks", "rt")))
+        run.work.mkdir(parents=True)
+        ensure_topics([run.tx, run.labels, run.dec, run.dlq, run.marks, run.rt], s=s)
+        return run
+
+    @property
+    def out(self) -> str:
+        return self.rt if self.mode == "realtime" else self.dec
+
+    @property
+    def log_path(self) -> Path:
+        return self.work / "job.log"
+
+
+def start_job(args, run: Run, env: dict) -> subprocess.Popen:
+    """`python -m pipelines.fraud --mode M` on the run's topics, checkpoint and store, once it says
+    it runs (its log's "mode, epoch" line)."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.fraud", "--mode", args.mode, "--transactions-topic", run.tx,
+         "--decisions-topic", run.dec, "--dlq-topic", run.dlq, "--markers-topic", run.marks,
+         "--realtime-topic", run.rt, "--checkpoint", str(run.work / "checkpoint"),
+         "--store", str(run.work / "store.db"), "--trigger-seconds", str(args.trigger_seconds),
+         "--starting-offsets", "earliest"],
+        cwd=ROOT, env=env, stdout=open(run.log_path, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while "mode, epoch" not in run.log_path.read_text():
+        if job.poll() is not None or time.monotonic() > deadline:
+            _stop(job)
+            raise SystemExit(f"bench latency: the fraud job did not start; see {run.log_path}")
+        time.sleep(0.5)
+    return job
+
+
+def feed(args, run: Run, env: dict) -> tuple[dict, float, float]:
+    """The simulator at `--rate` for the warm-up and the measured seconds: (its totals, the wall
+    time it started and ended)."""
+    total = int(args.rate * (args.warmup + args.seconds))
+    started = time.time()
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "simulator", "--rate", str(args.rate), "--count", str(total),
+         "--seed", str(args.seed), "--topic", run.tx, "--labels-topic", run.labels, "--no-control",
+         "--linger-ms", str(args.simulator_linger_ms), "--progress-seconds", "0"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = sim.communicate(timeout=args.warmup + args.seconds + 300)
+    finally:
+        if sim.poll() is None:
+            sim.kill()
+    if sim.returncode != 0:
+        raise SystemExit(f"bench latency: the simulator failed: {err.strip()[-300:]}")
+    totals = json.loads(out.strip().splitlines()[-1])
+    log(f"simulator done: {totals}")
+    return totals, started, time.time()
+
+
+def on_time_events(tx_records, valid_labels: list[dict]) -> dict[str, int]:
+    """{txn_id: event_time} of the valid transactions the simulator sent on time (not late)."""
+    events = {str(v.get("txn_id")): v.get("event_time") for v, _, _ in tx_records if v}
+    return {str(l["txn_id"]): events[str(l["txn_id"])] for l in valid_labels
+            if not l.get("is_late") and isinstance(events.get(str(l["txn_id"])), int)}
+
+
+def measure(s, args, run: Run, totals: dict, started: float, ended: float) -> tuple[dict, dict]:
+    """Reads the run back (every valid transaction decided, or the drain's deadline) and computes
+    its figures: (the result, the latency figures with the undecided ids)."""
+    since_ms = int((started + args.warmup) * 1000)
+    label_rows = read_topic(s, run.labels, 2_000)
+    valid = [l for l in label_rows if not str(l.get("pattern", "")).startswith("bad:")]
+    expected = {str(l["txn_id"]) for l in valid}
+    drain_deadline = time.monotonic() + args.drain_seconds
+    out_records = drained(s, run.out, expected, drain_deadline, "decided")
+    tx_records = read_records(s, run.tx)
+    tx_appended = appended(tx_records, run.tx)
+    out_appended = appended(out_records, run.out)  # checks the stamp type
+    figures = latency_figures(tx_appended, [(str(v["txn_id"]), ts) for v, ts, _ in out_records], expected, since_ms)
+    sent = int(totals.get("sent", args.rate * (args.warmup + args.seconds)))
+    result = {"mode": args.mode, "rate": args.rate,
+              "achieved_rate": round(float(totals.get("achieved_rate") or sent / max(1e-9, ended - started)), 1),
+              **{k: figures[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms", "undecided", "duplicates")},
+              "measured": figures["measured"], "decided": len(out_appended.keys() & expected),
+              "expected": len(expected),
+              "behind_schedule_p99_ms": behind_schedule(tx_appended, on_time_events(tx_records, valid)),
+              "output_topic": "decisions-rt" if args.mode == "realtime" else "decisions",
+              **quality([v for v, _, _ in out_records], label_rows)}
+    if args.mode == "microbatch":
+        result["stages_ms"] = stage_medians(run.work / "store.db", since_ms)
+    else:
+        result.update(realtime_figures([(v, ts) for v, ts, _ in out_records], tx_appended, expected, since_ms))
+        result.update(companion_figures(s, run.dec, tx_appended, expected, since_ms, drain_deadline))
+    return result, figures
+
+
+def failure(args, run: Run, result: dict, figures: dict) -> str | None:
+    """Why the run failed (a transaction undecided, or decided twice on an exactly-once topic), in
+    one sentence; None when it did not."""
+    kept = f"the job's log is kept at {run.log_path}"
+    if figures["undecided"]:
+        return (f"bench latency: {figures['undecided']} of {result['expected']} transactions were still "
+                f"undecided {args.drain_seconds:g} s after the simulator stopped (for instance "
+                f"{', '.join(figures['undecided_ids'])}); {kept}.")
+    if result.get("companion_undecided"):
+        return (f"bench latency: the stateful companion left {result['companion_undecided']} of "
+                f"{result['expected']} transactions undecided on {run.dec} {args.drain_seconds:g} s after the "
+                f"simulator stopped: it did not keep up; {kept}.")
+    if result.get("companion_duplicates"):
+        return (f"bench latency: the stateful companion decided {result['companion_duplicates']} "
+                f"transactions more than once on the exactly-once topic {run.dec} (read_committed); {kept}.")
+    if figures["duplicates"] and args.mode == "microbatch":
+        return (f"bench latency: {figures['duplicates']} transactions were decided more than once on the "
+                f"exactly-once decisions topic (read_committed); {kept}.")
+    return None
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
     s = load()
     started_broker = not s.external_bootstrap and not broker.broker_pids(s)
     broker.up(s, quiet=True)
-    tag = uuid.uuid4().hex[:8]
-    tx, labels, dec, dlq, marks, rt = (f"bench-{name}-{tag}" for name in ("tx", "labels", "dec", "dlq", "marks", "rt"))
-    out_topic = rt if args.mode == "realtime" else dec  # where this mode's decisions land
-    work = s.run_dir / f"bench-latency-{tag}"
-    work.mkdir(parents=True)
-    ensure_topics([tx, labels, dec, dlq, marks, rt], s=s)
+    run = Run.fresh(s, args.mode)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    job = sim = None
-    clean = False
+    job, clean = None, False
     try:
-        job_log = open(work / "job.log", "w")
-        job = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.fraud", "--mode", args.mode, "--transactions-topic", tx,
-             "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
-             "--checkpoint", str(work / "checkpoint"),
-             "--store", str(work / "store.db"), "--trigger-seconds", str(args.trigger_seconds),
-             "--starting-offsets", "earliest"],
-            cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 180
-        while "mode, epoch" not in (work / "job.log").read_text():
-            if job.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"bench latency: the fraud job did not start; see {work / 'job.log'}")
-            time.sleep(0.5)
-        prime(s, tx, out_topic, time.monotonic() + 300)
+        job = start_job(args, run, env)
+        prime(s, run.tx, run.out, time.monotonic() + 300)
         log(f"job up ({args.mode}); feeding {args.rate:g} tx/s for {args.warmup:g} s warm-up + "
             f"{args.seconds:g} s measured")
-        total = int(args.rate * (args.warmup + args.seconds))
-        t_start = time.time()
-        sim = subprocess.Popen(
-            [sys.executable, "-m", "simulator", "--rate", str(args.rate), "--count", str(total),
-             "--seed", str(args.seed), "--topic", tx, "--labels-topic", labels, "--no-control",
-             "--linger-ms", str(args.simulator_linger_ms), "--progress-seconds", "0"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        since_ms = int((t_start + args.warmup) * 1000)
-        out, err = sim.communicate(timeout=args.warmup + args.seconds + 300)
-        t_end = time.time()
-        if sim.returncode != 0:
-            raise SystemExit(f"bench latency: the simulator failed: {err.strip()[-300:]}")
-        totals = json.loads(out.strip().splitlines()[-1])
-        log(f"simulator done: {totals}")
-        sent = int(totals.get("sent", total))
-        label_rows = read_topic(s, labels, 2_000)
-        valid = [l for l in label_rows if not str(l.get("pattern", "")).startswith("bad:")]
-        expected = {str(l["txn_id"]) for l in valid}
-        # let the job drain: every valid transaction must come back decided
-        drain_deadline = time.monotonic() + args.drain_seconds
-        out_records = drained(s, out_topic, expected, drain_deadline, "decided")
-        tx_records = read_records(s, tx)
-        tx_appended = appended(tx_records, tx)
-        out_appended = appended(out_records, out_topic)  # checks the stamp type
-        figures = latency_figures(tx_appended, [(str(v["txn_id"]), ts) for v, ts, _ in out_records],
-                                  expected, since_ms)
-        on_time = {}
-        events = {str(v.get("txn_id")): v.get("event_time") for v, _, _ in tx_records if v}
-        for l in valid:
-            t = str(l["txn_id"])
-            if not l.get("is_late") and isinstance(events.get(t), int):
-                on_time[t] = events[t]
-        decisions = [v for v, _, _ in out_records]
-        result = {"mode": args.mode, "rate": args.rate,
-                  "achieved_rate": round(float(totals.get("achieved_rate") or sent / max(1e-9, t_end - t_start)), 1),
-                  **{k: figures[k] for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms", "undecided", "duplicates")},
-                  "measured": figures["measured"], "decided": len(out_appended.keys() & expected),
-                  "expected": len(expected), "behind_schedule_p99_ms": behind_schedule(tx_appended, on_time),
-                  "output_topic": "decisions-rt" if args.mode == "realtime" else "decisions",
-                  **quality(decisions, label_rows)}
-        if args.mode == "microbatch":
-            result["stages_ms"] = stage_medians(work / "store.db", since_ms)
-        else:
-            result.update(realtime_figures([(v, ts) for v, ts, _ in out_records], tx_appended, expected, since_ms))
-            result.update(companion_figures(s, dec, tx_appended, expected, since_ms, drain_deadline))
-        failure = None
-        if figures["undecided"]:
-            failure = (f"bench latency: {figures['undecided']} of {len(expected)} transactions were still "
-                       f"undecided {args.drain_seconds:g} s after the simulator stopped (for instance "
-                       f"{', '.join(figures['undecided_ids'])}); the job's log is kept at {work / 'job.log'}.")
-        elif result.get("companion_undecided"):
-            failure = (f"bench latency: the stateful companion left {result['companion_undecided']} of "
-                       f"{len(expected)} transactions undecided on {dec} {args.drain_seconds:g} s after the "
-                       f"simulator stopped: it did not keep up; the job's log is kept at {work / 'job.log'}.")
-        elif result.get("companion_duplicates"):
-            failure = (f"bench latency: the stateful companion decided {result['companion_duplicates']} "
-                       f"transactions more than once on the exactly-once topic {dec} (read_committed); the "
-                       f"job's log is kept at {work / 'job.log'}.")
-        elif figures["duplicates"] and args.mode == "microbatch":
-            failure = (f"bench latency: {figures['duplicates']} transactions were decided more than once on the "
-                       f"exactly-once decisions topic (read_committed); the job's log is kept at {work / 'job.log'}.")
-        else:
-            clean = not args.keep  # removed once the job has stopped (it writes until then)
-            if args.keep:
-                log(f"the run's folder is kept at {work}")
+        totals, started, ended = feed(args, run, env)
+        result, figures = measure(s, args, run, totals, started, ended)
+        why = failure(args, run, result, figures)
+        clean = why is None and not args.keep  # removed once the job has stopped (it writes until then)
+        if why is None and args.keep:
+            log(f"the run's folder is kept at {run.work}")
         record(s, result)
-        if failure:
+        if why:
             print(json.dumps(result), flush=True)  # the figures stay the last stdout line
-            raise SystemExit(failure)
+            raise SystemExit(why)
         return result
     finally:
-        if sim is not None and sim.poll() is None:
-            sim.kill()
         if job is not None:
             _stop(job)
         if clean:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(run.work, ignore_errors=True)
         if started_broker:
             broker.down(s, quiet=True)

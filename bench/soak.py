@@ -258,7 +258,7 @@ class Viewer(threading.Thread):
 
 # --- the run --------------------------------------------------------------------------------------
 
-def main(argv: list[str]) -> dict:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench soak")
     p.add_argument("--minutes", type=float, default=60.0, help="how long the stack runs (60)")
     p.add_argument("--rate", type=float, default=500.0, help="simulator rate, tx/s (500)")
@@ -270,10 +270,11 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--no-standby", dest="standby", action="store_false", help="no warm standbys")
     p.add_argument("--no-dashboard", dest="dashboard", action="store_false", help="no dashboard, no browser")
     p.add_argument("--json", action="store_true", help="(the last line is always JSON)")
-    args = p.parse_args(argv)
-    s = load()
-    if s.external_bootstrap:
-        raise SystemExit("bench soak: broker-down needs the local broker; unset KAFKA_BOOTSTRAP.")
+    return p.parse_args(argv)
+
+
+def scratch_world(args, s) -> tuple[str, Path, dict[str, str]]:
+    """(tag, folder, environment) of the soak's own topics, store and checkpoint root."""
     s.run_dir.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     work = s.run_dir / f"soak-{time.strftime('%Y%m%d-%H%M%S')}-{tag}"
@@ -285,66 +286,70 @@ def main(argv: list[str]) -> dict:
            "CHECKPOINT_ROOT": str(work / "checkpoints"), "MEMORY_SAMPLE_SECONDS": f"{args.sample_s:g}",
            "STANDBY": "1" if args.standby else "0"}
     env.pop("DASHBOARD_TOKEN", None)  # the bench's browser only reads
-    bench_s = load(env)
-    marker = f"CARDSTREAM_DB={env['CARDSTREAM_DB']}"
-    db = connect(bench_s.store_path)
-    sup = dash = viewer = None
-    fault_log: list[dict] = []
-    result: dict = {"minutes": args.minutes, "rate": args.rate, "standby": args.standby,
-                    "fault_every_s": args.fault_every_s, "sample_s": args.sample_s, "work": str(work)}
-    with own_broker(s, log):
+    return tag, work, env
+
+
+def start_supervisor(args, env: dict, work: Path) -> subprocess.Popen:
+    log(f"starting the supervisor (fraud, usage{', standbys' if args.standby else ''}, simulator at "
+        f"{args.rate:g} tx/s); store, checkpoints and logs in {work}")
+    with open(work / "supervisor.log", "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "pipelines.supervisor", "--jobs", "fraud,usage",
+                                 "--with-simulator", "--simulator-args", f"--rate {args.rate:g}",
+                                 *(["--standby"] if args.standby else [])],
+                                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def start_dashboard(args, s, env: dict, work: Path) -> tuple[subprocess.Popen | None, "Viewer | None", dict]:
+    """The dashboard and the browser that opens its Overview (unless --no-dashboard): (its
+    process, the viewer, what the JSON says of them)."""
+    if not args.dashboard:
+        return None, None, {"running": False, "why": "--no-dashboard"}
+    base = f"http://127.0.0.1:{s.dashboard_port}"
+    with open(work / "dashboard.log", "ab") as out:
+        dash = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",
+                                 "--server.address", "127.0.0.1", "--server.port", str(s.dashboard_port),
+                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    if not wait_for_health(base, dash):
+        stop(dash, 20)
+        raise SystemExit(f"bench soak: the dashboard did not start on {base}; see {work / 'dashboard.log'}")
+    viewer = None
+    if CHROMIUM.exists():
+        viewer = Viewer(base, args.browse_every_s, args.browse_for_s)
+        viewer.start()
+    else:
+        log(f"no Chromium at {CHROMIUM}: the dashboard runs but no page is opened")
+    return dash, viewer, {"running": True, "browser": CHROMIUM.exists(), "every_s": args.browse_every_s,
+                          "stay_s": args.browse_for_s}
+
+
+def stop_everything(sup, dash, viewer: "Viewer | None", marker: str, result: dict) -> None:
+    """The viewer's counts into the result, the supervisor (its jobs stop between batches) and the
+    dashboard stopped, and anything still carrying the soak's marker killed and named."""
+    if viewer is not None:
+        viewer.stop_event.set()
+        viewer.join(timeout=30)
+        result["dashboard"].update(page_loads=viewer.loads, loads_with_charts=viewer.with_charts,
+                                   load_failures=viewer.failures, last_error=viewer.last_error)
+    log("stopping the supervisor (its jobs stop between batches) and the dashboard")
+    stop(sup, 120)
+    stop(dash, 20)
+    deadline = time.monotonic() + 30  # a JVM exits a moment after its driver
+    while (left := started_by(marker)) and time.monotonic() < deadline:
+        time.sleep(1)
+    for pid, cmd in left:
+        log(f"left running: pid {pid}: {cmd}; killing it")
         try:
-            log(f"starting the supervisor (fraud, usage{', standbys' if args.standby else ''}, simulator at "
-                f"{args.rate:g} tx/s); store, checkpoints and logs in {work}")
-            with open(work / "supervisor.log", "ab") as out:
-                sup = subprocess.Popen([sys.executable, "-m", "pipelines.supervisor", "--jobs", "fraud,usage",
-                                        "--with-simulator", "--simulator-args", f"--rate {args.rate:g}",
-                                        *(["--standby"] if args.standby else [])],
-                                       env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            t0, t0_ms = time.monotonic(), now_ms()
-            if args.dashboard:
-                base = f"http://127.0.0.1:{s.dashboard_port}"
-                with open(work / "dashboard.log", "ab") as out:
-                    dash = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",
-                                             "--server.address", "127.0.0.1", "--server.port", str(s.dashboard_port),
-                                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                            env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-                if not wait_for_health(base, dash):
-                    raise SystemExit(f"bench soak: the dashboard did not start on {base}; see {work / 'dashboard.log'}")
-                if CHROMIUM.exists():
-                    viewer = Viewer(base, args.browse_every_s, args.browse_for_s)
-                    viewer.start()
-                else:
-                    log(f"no Chromium at {CHROMIUM}: the dashboard runs but no page is opened")
-            result["dashboard"] = ({"running": True, "browser": CHROMIUM.exists(), "every_s": args.browse_every_s,
-                                    "stay_s": args.browse_for_s} if args.dashboard else
-                                   {"running": False, "why": "--no-dashboard"})
-            result["jobs_up_s"] = soak(args, db, sup, t0, fault_log, viewer)
-            end_ms = now_ms()
-            result["audit"] = drain(args, db, bench_s, sup)
-        finally:
-            if viewer is not None:
-                viewer.stop_event.set()
-                viewer.join(timeout=30)
-                result["dashboard"].update(page_loads=viewer.loads, loads_with_charts=viewer.with_charts,
-                                           load_failures=viewer.failures, last_error=viewer.last_error)
-            log("stopping the supervisor (its jobs stop between batches) and the dashboard")
-            stop(sup, 120)
-            stop(dash, 20)
-            deadline = time.monotonic() + 30  # a JVM exits a moment after its driver
-            while (left := started_by(marker)) and time.monotonic() < deadline:
-                time.sleep(1)
-            for pid, cmd in left:
-                log(f"left running: pid {pid}: {cmd}; killing it")
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            result["left_running"] = [cmd for _, cmd in left]
-            delete_topics(s, tag, log)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    result["left_running"] = [cmd for _, cmd in left]
+
+
+def collect_figures(db, result: dict, fault_log: list[dict], t0_ms: int, end_ms: int, minutes: float) -> None:
+    """Memory, bytes on disk and the faults' outcomes, from the soak's store, into the result."""
     rows = db.execute("SELECT ts, process, pid, rss_mb FROM process_memory ORDER BY ts").fetchall()
-    result.update(memory_figures(rows, t0_ms, args.minutes))
+    result.update(memory_figures(rows, t0_ms, minutes))
     for what, key in (("store", "store_bytes"), ("checkpoints", "checkpoint_bytes"), ("kafka", "kafka_bytes")):
         result[key] = first_last(db.execute("SELECT ts, bytes FROM storage_bytes WHERE what = ? AND ts <= ?",
                                             [what, end_ms + 10_000]).fetchall())
@@ -356,11 +361,13 @@ def main(argv: list[str]) -> dict:
                         "failed": sum(f["status"] == "failed" for f in fault_log),
                         "by_kind": {k: sum(f["kind"] == k for f in fault_log) for k in CYCLE}}
     result["fault_log"] = fault_log
-    exact, why = verdict(result["audit"])
-    result["exact"] = exact
+
+
+def report(result: dict, minutes: float, why: str) -> None:
+    """The summary lines: each process's memory, the bytes on disk, the faults and the audit."""
     for process, (first, ten, last) in result["rss_mb"].items():
         growth = result["growth_pct"][process]
-        say(f"{process}: RSS first {first:,}, {'minute 10' if args.minutes >= 10 else 'at_10_min (= last)'} {ten:,}, "
+        say(f"{process}: RSS first {first:,}, {'minute 10' if minutes >= 10 else 'at_10_min (= last)'} {ten:,}, "
             f"last {last:,} MB; "
             + (f"growth {growth:+.1f} % from minute {result['growth_from_minute']}" if growth is not None
                else "no growth figure (no sample after its base one)")
@@ -371,6 +378,36 @@ def main(argv: list[str]) -> dict:
                                               (("store", "store_bytes"), ("checkpoints", "checkpoint_bytes"),
                                                ("broker data", "kafka_bytes")))
         + f"; faults {result['faults']['issued']} issued, {result['faults']['done']} done; audit: {why}")
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
+    s = load()
+    if s.external_bootstrap:
+        raise SystemExit("bench soak: broker-down needs the local broker; unset KAFKA_BOOTSTRAP.")
+    tag, work, env = scratch_world(args, s)
+    bench_s = load(env)
+    marker = f"CARDSTREAM_DB={env['CARDSTREAM_DB']}"
+    db = connect(bench_s.store_path)
+    sup = dash = viewer = None
+    fault_log: list[dict] = []
+    result: dict = {"minutes": args.minutes, "rate": args.rate, "standby": args.standby,
+                    "fault_every_s": args.fault_every_s, "sample_s": args.sample_s, "work": str(work)}
+    with own_broker(s, log):
+        try:
+            sup = start_supervisor(args, env, work)
+            t0, t0_ms = time.monotonic(), now_ms()
+            dash, viewer, result["dashboard"] = start_dashboard(args, s, env, work)
+            result["jobs_up_s"] = soak(args, db, sup, t0, fault_log, viewer)
+            end_ms = now_ms()
+            result["audit"] = drain(args, db, bench_s, sup)
+        finally:
+            stop_everything(sup, dash, viewer, marker, result)
+            delete_topics(s, tag, log)
+    collect_figures(db, result, fault_log, t0_ms, end_ms, args.minutes)
+    exact, why = verdict(result["audit"])
+    result["exact"] = exact
+    report(result, args.minutes, why)
     if not exact:
         print(json.dumps(result), flush=True)  # the figures stay the last stdout line
         raise SystemExit(f"bench soak: not exact at the end: {why}; logs in {work}")
