@@ -6,7 +6,9 @@ with its spread, next to the machine's ceilings (limit) and a peer (Quix Streams
 Runs each scenario `--repeat` times (default 3) as its own `python -m bench NAME --json` child
 (own process group, killed if it outlives `--timeout`), with the broker started once for all of
 them and stopped at the end if this command started it. `--only a,b` picks scenarios; `--quick`
-uses smaller inputs and shorter feeds (QUICK below) so the whole set ends in about half an hour.
+uses smaller inputs and shorter feeds (QUICK below) so the whole set ends in about half an hour;
+`--smoke` runs each scenario once at its smallest size (SMOKE below): a check that every bench
+runs, not a measurement (its figures are not written; `--markdown` is refused).
 With `--markdown` it writes bench/RESULTS.md (`--out` elsewhere): the machine, and per numeric
 figure its median, min–max, spread and ratio to the matching limit and peer figure. Progress goes
 to stderr; the last stdout line is a JSON summary.
@@ -45,6 +47,25 @@ QUICK = {
     "fraud-guarantees": ["--before", "10", "--after", "30"],
     "state": ["--cards", "20000", "--rounds", "3"],
     "parse": ["--rows", "50000", "--rounds", "3"],
+}
+# each scenario at its smallest size (`--smoke`): it runs every step and prints every figure, in
+# seconds for the in-process ones, minutes for those that start job processes. The suite runs
+# produce, all, limit, throughput and parse so: tests/kafka/test_bench_smoke.py, tests/spark/test_bench_parse.py
+SMOKE = {
+    "limit": ["--events", "2000", "--producers", "1", "--partitions", "2", "--timeout", "120"],
+    "peer": ["--events", "2000", "--producers", "1", "--partitions", "2", "--rate", "100", "--seconds", "2",
+             "--warmup", "1", "--timeout", "120"],
+    "produce": ["--count", "2000"],
+    "throughput": ["--events", "2000", "--producers", "1", "--partitions", "2", "--timeout", "120"],
+    "latency": ["--rate", "50", "--seconds", "2", "--warmup", "0", "--drain-seconds", "120"],
+    "guarantees": ["--only", "crash-after-sink"],
+    "recovery": ["--rounds", "1", "--crash", "usage"],
+    "fraud-guarantees": ["--rate", "20", "--before", "2", "--after", "2", "--drain", "120",
+                         "--guarantee", "at-most-once"],
+    "state": ["--cards", "50", "--touch", "10", "--rounds", "1", "--timeout", "300"],
+    "parse": ["--rows", "1200", "--rounds", "1", "--bad-every", "6"],
+    "quality": ["--cards", "10", "--days", "2"],
+    "backlog": ["--minutes", "0.05", "--rate", "50", "--every", "1", "--timeout", "300"],
 }
 # figure -> the limit / peer figure it is compared with (ratios of medians)
 LIMIT_OF = {
@@ -209,11 +230,17 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--repeat", type=int, default=3, help="runs per scenario (default 3)")
     p.add_argument("--only", help=f"comma-separated scenarios among: {', '.join(known)}")
     p.add_argument("--quick", action="store_true", help="smaller inputs, shorter feeds")
+    p.add_argument("--smoke", action="store_true",
+                   help="each scenario once at its smallest size: does every bench run? (no figures written)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per scenario run")
     p.add_argument("--json", action="store_true", help="(the summary is always printed as JSON)")
     args = p.parse_args(argv)
     if args.repeat < 1:
         p.error("--repeat must be 1 or more")
+    if args.smoke and (args.quick or args.markdown):
+        p.error("--smoke checks that the benches run; it takes neither --quick nor --markdown")
+    if args.smoke:
+        args.repeat = 1
     chosen = [n for n in ORDER if n in known] + [n for n in known if n not in ORDER]
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -230,7 +257,11 @@ def main(argv: list[str]) -> dict:
     failed: list[str] = []
     with own_broker(s, log):
         for name in chosen:
-            extra = QUICK.get(name, []) if args.quick else []
+            extra = QUICK.get(name, []) if args.quick else SMOKE.get(name, []) if args.smoke else []
+            if args.smoke and name not in SMOKE:
+                failed.append(f"{name}: no smoke size in bench/all.py SMOKE")
+                log(failed[-1])
+                continue
             for i in range(1, args.repeat + 1):
                 log(f"{name} run {i}/{args.repeat} {' '.join(extra)}".rstrip())
                 t = time.monotonic()

@@ -20,6 +20,7 @@ from kafka.admin import NewTopic
 
 from infra import broker, cluster, kafka_client
 from infra.config import ROOT, Settings
+from pipelines.engine.session import get_spark
 
 DECISION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
             '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
@@ -209,6 +210,23 @@ def own_broker(s, log):
         if started:
             broker.down(s, quiet=True)
             log("stopped the broker")
+
+
+@contextlib.contextmanager
+def own_spark(app_name: str, s: Settings, **conf):
+    """This process's SparkSession (pipelines.engine.session.get_spark), stopped at the end only if
+    this bench started it: a bench run inside a process whose session is shared (the tests') leaves
+    that session running."""
+    # deferred: pyspark (and its JVM) loads only where Spark runs
+    from pyspark.sql import SparkSession
+
+    ours = SparkSession.getActiveSession() is None
+    spark = get_spark(app_name, s, **conf)
+    try:
+        yield spark
+    finally:
+        if ours:
+            spark.stop()
 
 
 @contextlib.contextmanager

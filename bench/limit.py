@@ -24,10 +24,9 @@ import os
 import time
 import uuid
 
-from bench.common import create_topic, delete_topics, fill, logger, own_broker, wait_for_rows
+from bench.common import create_topic, delete_topics, fill, logger, own_broker, own_spark, wait_for_rows
 from infra import kafka_client
 from infra.config import load
-from pipelines.engine.session import get_spark
 
 log = logger("limit")
 
@@ -58,8 +57,7 @@ def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
     # deferred: pyspark (and its JVM) loads only where Spark runs
     from pipelines.engine.sources import read_kafka
 
-    spark = get_spark("cardstream-bench-limit", s)
-    try:
+    with own_spark("cardstream-bench-limit", s) as spark:
         rate = 0.0
         for label in ("warm-up (not counted) ", ""):
             query = (read_kafka(spark, topic, s, starting_offsets="earliest",
@@ -79,8 +77,6 @@ def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
             rate = rows / busy if busy else 0.0
             log(f"{label}spark noop: {rows:,} rows in {len(progress)} batches, {busy:.2f} s busy -> {rate:,.0f}/s")
         return rate
-    finally:
-        spark.stop()
 
 
 def main(argv: list[str]) -> dict:

@@ -47,10 +47,9 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import (commit_latencies, create_topic, delete_topics, fill, fraud_in, logger, own_broker,
-                          paced_producer, pct, read_stamps)
+                          own_spark, paced_producer, pct, read_stamps)
 from controlplane import ledger
 from infra.config import ROOT, load
-from pipelines.engine.session import get_spark
 
 log = logger("peer")
 EO = "exactly-once"
@@ -314,12 +313,11 @@ def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str
 
     s = dataclasses.replace(base, store_path=work / "ours.db", checkpoint_root=work / "checkpoints",
                             trigger_seconds=args.commit_seconds)
-    spark = get_spark("cardstream-bench-peer", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false",
-                                                     "spark.sql.streaming.numRecentProgressUpdates": "1000"})
-    job = UsageJob([EO], s, windows=False)
-    job.spark = spark
-    job.epoch = fencing.take_lease(job.db, "usage")  # the query runs here, not through job.run()
-    try:
+    with own_spark("cardstream-bench-peer", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false",
+                                                  "spark.sql.streaming.numRecentProgressUpdates": "1000"}) as spark:
+        job = UsageJob([EO], s, windows=False)
+        job.spark = spark
+        job.epoch = fencing.take_lease(job.db, "usage")  # the query runs here, not through job.run()
         log("ours: warm-up pass (not counted)")
         run_ours(job, topic, n, args.timeout)
         log("ours: throughput phase")
@@ -332,5 +330,3 @@ def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str
         feed = feeder(lat_o, "lo")
         _, lat_commits = run_ours(job, lat_o, total, args.timeout + args.warmup + args.seconds, feed=feed)
         return eps, latency("ours", base, lat_o, total, lat_commits, feed.since_ms), busy_eps
-    finally:
-        spark.stop()

@@ -27,12 +27,11 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import own_broker, own_cluster, wait_for_rows
+from bench.common import own_broker, own_cluster, own_spark, wait_for_rows
 from infra import cluster, kafka_client
 from infra.config import load
 from infra.contracts import GUARANTEES
 from infra.topics import ensure_topics
-from pipelines.engine.session import get_spark
 
 
 def log(msg: str) -> None:
@@ -136,19 +135,16 @@ def _run(args, base) -> dict:
                                 store_path=Path(tmp) / "cardstream.db", checkpoint_root=Path(tmp) / "checkpoints",
                                 trigger_seconds=0.0,
                                 usage_max_offsets=args.max_offsets or base.usage_max_offsets)
-        spark = get_spark("cardstream-bench-throughput", s)
-        out["master"] = s.spark_master
-        job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
-        job.spark = spark
-        job.epoch = fencing.take_lease(job.db, "usage")  # the queries run here, not through job.run()
-        try:
+        with own_spark("cardstream-bench-throughput", s) as spark:
+            out["master"] = s.spark_master
+            job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
+            job.spark = spark
+            job.epoch = fencing.take_lease(job.db, "usage")  # the queries run here, not through job.run()
             measure(job, "at-least-once", args.events, args.timeout, label="warm-up (not counted) ")
             for g in GUARANTEES:
                 out[g] = round(measure(job, g, args.events, args.timeout))
             if not s.spark_master.startswith("local"):
                 out["workers"] = len(cluster.alive_workers(cluster.master_json(s) or {}, s))
                 out["executors"] = executors(spark)
-        finally:
-            spark.stop()
     out["eo_over_alo"] = round(out["exactly-once"] / out["at-least-once"], 3) if out["at-least-once"] else None
     return out

@@ -4,11 +4,15 @@ through the contract's parsing (each malformed one got a reason)."""
 from __future__ import annotations
 
 from bench import parse
+from bench.all import SMOKE
 from infra.contracts import dead_letter_reason
+
+FIGURES = {"rows", "valid", "invalid", "rounds", "median_ms", "min_ms", "rows_per_s", "core_us_per_row", "cores"}
 
 
 def test_the_parse_bench_times_the_rows_it_reports(spark):
-    out = parse.main(["--rows", "1200", "--rounds", "1", "--bad-every", "6"])
+    out = parse.main(SMOKE["parse"])  # its smallest size: every bench runs in the suite (bench/all.py)
+    assert set(out) == FIGURES, set(out) ^ FIGURES
     assert (out["valid"], out["invalid"]) == (1000, 200)
     assert out["rows"] == 1200 and out["median_ms"] > 0 and out["core_us_per_row"] > 0
 

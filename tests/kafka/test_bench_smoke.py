@@ -1,0 +1,44 @@
+"""Every bench runs: the scenarios that run in a process of their own, at their smallest size
+(bench/all.py SMOKE), on the session's broker and Spark session, each JSON's keys checked, so a
+bench cannot break unseen (`python -m bench produce` once crashed on main and nothing noticed).
+
+`parse` has its own Spark test (tests/spark/test_bench_parse.py). The scenarios that start job
+processes (latency, state, backlog, quality, guarantees, fraud-guarantees, recovery, soak) and peer
+(a Quix child beside our query, whose Spark settings it changes) cost minutes even at their
+smallest; `python -m bench all --smoke` runs them all (docs/testing.md)."""
+from __future__ import annotations
+
+from bench import all as bench_all
+from bench import limit, produce, throughput
+from bench.all import SMOKE
+
+PRODUCE = {"target_rate", "achieved_rate", "p50_send_ms", "p99_send_ms", "timed", "count", "sent", "labels_sent",
+           "failed", "in_topics", "seconds", "cpu_us_per_tx", "path", "load_average_1m", "cpus"}
+LIMIT = {"kafka_python_consume_eps", "spark_noop_eps", "produce_eps", "events", "partitions", "producers", "cpus",
+         "load_average_1m"}
+THROUGHPUT = {"master", "at-most-once", "at-least-once", "exactly-once", "eo_over_alo"}
+
+
+def test_produce_and_all_run_and_print_their_figures(kafka):
+    out = produce.main(SMOKE["produce"])
+    assert set(out) == PRODUCE, set(out) ^ PRODUCE
+    assert (out["sent"], out["labels_sent"], out["failed"], out["timed"]) == (2000, 2000, 0, 2000)
+    assert sorted(out["in_topics"].values()) == [2000, 2000]
+    assert 0 <= out["p50_send_ms"] <= out["p99_send_ms"] and out["achieved_rate"] > 0
+
+    # `bench all` runs a scenario as a child `python -m bench NAME --json` and gathers its figures
+    summary = bench_all.main(["--smoke", "--only", "produce"])
+    assert set(summary) == {"figures", "failed", "minutes"} and summary["failed"] == []
+    assert {"produce.achieved_rate", "produce.p50_send_ms", "produce.p99_send_ms"} <= set(summary["figures"])
+
+
+def test_limit_and_throughput_run_on_the_shared_spark_session(kafka, spark):
+    out = limit.main(SMOKE["limit"])
+    assert set(out) == LIMIT, set(out) ^ LIMIT
+    assert out["events"] == 2000 and min(out["kafka_python_consume_eps"], out["spark_noop_eps"], out["produce_eps"]) > 0
+
+    out = throughput.main(SMOKE["throughput"])
+    assert set(out) == THROUGHPUT, set(out) ^ THROUGHPUT
+    assert min(out[g] for g in ("at-most-once", "at-least-once", "exactly-once")) > 0
+    # the benches leave a session they did not start running
+    assert spark.range(3).count() == 3
