@@ -33,6 +33,8 @@ import pytest  # noqa: E402
 
 from infra import broker  # noqa: E402
 from infra.config import load  # noqa: E402
+from infra.topics import ensure_topics  # noqa: E402
+from pipelines.engine.session import get_spark  # noqa: E402
 
 
 TIERS = ("unit", "spark", "kafka", "e2e", "cluster", "browser")
@@ -75,8 +77,6 @@ def kafka(settings):
 
 @pytest.fixture(scope="session")
 def spark(settings):
-    from pipelines.engine.session import get_spark
-
     session = get_spark("cardstream-tests", settings)
     yield session
     session.stop()
@@ -85,8 +85,6 @@ def spark(settings):
 @pytest.fixture(scope="session")
 def topic(kafka, settings):
     """A factory of fresh, empty topics: `topic("transactions")` -> "transactions-<random>"."""
-    from infra.topics import ensure_topics
-
     def make(prefix: str = "t", partitions: int | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
         ensure_topics([name], partitions=partitions, s=settings)
@@ -97,6 +95,7 @@ def topic(kafka, settings):
 
 @pytest.fixture
 def store(tmp_path):
+    # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane.store import connect
 
     db = connect(tmp_path / "cardstream.db")
