@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controlplane import commands, faults
+from controlplane import commands, faults, fencing
 from controlplane.clock import now_ms
 from infra import broker, cluster, daemons
 from pipelines.supervisor.processes import last_error
@@ -60,6 +60,10 @@ def with_guarantee(argv: list[str], guarantee: str) -> list[str]:
 
 @dataclass
 class Zombie:
+    """A frozen instance. It is woken once its `seconds` passed AND its replacement holds a newer
+    epoch than `epoch` (its own), so it always wakes stale; then it must end by the mechanism —
+    its heartbeat sees the lease lost (exit 4), or a write of it is fenced (exit 3) — and
+    `deadline` (ZOMBIE_TIMEOUT_S) is only a net for a bug in that mechanism."""
     job: str
     proc: subprocess.Popen
     command_id: int
@@ -68,6 +72,8 @@ class Zombie:
     resumed_at: float | None = None
     resumed_ms: int = 0
     deadline: float = 0.0
+    epoch: int = 0              # the job's epoch when it was frozen: the zombie's own
+    woke_stale: bool = True     # False: woken without a newer epoch (the replacement never took the lease)
 
 
 @dataclass
@@ -91,6 +97,24 @@ def phases(killed_at: int, lease_at: int | None, batch_end: int, batch_ms: int |
     return {"to_lease_s": (lease_at - killed_at) / 1000 if lease_ok else None,
             "to_batch_s": (start - lease_at) / 1000 if lease_ok else None,
             "batch_s": batch_ms / 1000 if batch_ms is not None else None}
+
+
+def zombie_wakes(z: Zombie, stale: bool, replacement_starting: bool, now: float) -> bool:
+    """Whether a frozen zombie is woken now (monotonic `now`): once its `seconds` passed and its
+    replacement holds a newer epoch; or, when the replacement is not starting any more (it died)
+    or is still starting ZOMBIE_TIMEOUT_S later, anyway (then it wakes as the lease holder)."""
+    if z.resumed_at is not None or now < z.resume_at:
+        return False
+    return stale or not replacement_starting or now >= z.resume_at + ZOMBIE_TIMEOUT_S
+
+
+def _said(path: Path, needle: str) -> str | None:
+    """The last line of a log that says `needle` (its message part), None when none does."""
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if needle in ln]
+    except OSError:
+        return None
+    return lines[-1].strip()[:300] if lines else None
 
 
 class FaultExecutor:
@@ -248,6 +272,11 @@ class FaultExecutor:
         child = self._target(cmd)
         seconds = float(cmd.param("seconds"))
         old = child.proc
+        holder = self.db.execute("SELECT holder FROM leases WHERE job = ?", [child.job]).fetchone()
+        if not holder or not str(holder[0]).endswith(f":{old.pid}"):
+            raise ValueError(f"{child.job} pid {old.pid} has not taken the job's lease yet (it is still starting), "
+                             f"and a zombie is an instance that held it; issue the fault once the job runs")
+        epoch = fencing.current_epoch(self.db, child.job)
         os.killpg(old.pid, signal.SIGSTOP)  # like a long GC pause or a suspended VM
         # the replacement (the warm standby if there is one) takes a newer lease: the frozen one is stale
         if not self.sup.promote(child, f"pid {old.pid} frozen as a zombie"):
@@ -256,16 +285,27 @@ class FaultExecutor:
             child.detail = f"replacement pid {child.proc.pid} started; pid {old.pid} frozen as a zombie"
         now = time.monotonic()
         self.zombies.append(Zombie(child.job, old, cmd.id, now + seconds, child.log_path,
-                                   deadline=now + seconds + ZOMBIE_TIMEOUT_S))
+                                   deadline=now + seconds + ZOMBIE_TIMEOUT_S, epoch=epoch))
         log.warning("zombie: froze %s pid %s, replacement pid %s", child.job, old.pid, child.proc.pid)
 
     def tend_zombies(self) -> None:
         for z in list(self.zombies):
             now = time.monotonic()
             if z.resumed_at is None and now >= z.resume_at:
+                # not before the replacement holds the lease (a cold start on a loaded machine can
+                # take longer than `seconds`): woken earlier, the zombie would still be the holder.
+                # A replacement that died (it could not take the lease: the zombie was frozen
+                # inside a store write, holding SQLite's write lock) is not waited for.
+                z.woke_stale = fencing.current_epoch(self.db, z.job) > z.epoch
+                child = self.sup.children.get(z.job)
+                starting = (child is not None and child.proc is not None and child.proc is not z.proc
+                            and child.proc.poll() is None)
+                if not zombie_wakes(z, z.woke_stale, starting, now):
+                    continue
                 os.killpg(z.proc.pid, signal.SIGCONT)
                 z.resumed_at = now
                 z.resumed_ms = now_ms()
+                z.deadline = now + ZOMBIE_TIMEOUT_S
                 continue
             if z.resumed_at is None:
                 continue
@@ -280,12 +320,21 @@ class FaultExecutor:
             if code == 3 or rejected:
                 result = (f"zombie pid {z.proc.pid} woke with a stale epoch: {rejected} write(s) rejected "
                           f"by fencing; it exited with code {code}")
+            elif code == 4 and z.woke_stale:
+                result = (f"zombie pid {z.proc.pid} woke with a stale epoch ({z.epoch}; the job's is "
+                          f"{fencing.current_epoch(self.db, z.job)}) and exited (code 4) before writing: "
+                          f"{_said(z.log_path, 'no longer holds the lease') or last_error(z.log_path)}")
+            elif not z.woke_stale:
+                result = (f"zombie pid {z.proc.pid} was woken still holding the job's epoch ({z.epoch}): its "
+                          f"replacement had not taken the lease (it exited, or was still starting "
+                          f"{ZOMBIE_TIMEOUT_S:.0f} s later); it exited with code {code}")
             elif code is None:
                 result = f"zombie pid {z.proc.pid} still running after {ZOMBIE_TIMEOUT_S:.0f} s: killed"
             else:
                 result = (f"zombie pid {z.proc.pid} was stopped by Spark before it could write "
                           f"(exit code {code}): {last_error(z.log_path)}")
-            commands.finish(self.db, z.command_id, result, ok=bool(rejected) or code == 3 or code not in (None, 0))
+            commands.finish(self.db, z.command_id, result,
+                            ok=z.woke_stale and (bool(rejected) or code == 3 or code not in (None, 0)))
             self.zombies.remove(z)
 
     def wake_zombies(self) -> list[subprocess.Popen]:

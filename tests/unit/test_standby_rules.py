@@ -13,12 +13,15 @@ def test_heartbeat_renews_and_a_clean_stop_releases(tmp_path):
     db = connect(tmp_path / "s.db")
     assert fencing.lease_age_ms(db, "fraud") is None
     epoch = fencing.take_lease(db, "fraud")
-    beat = standby.Heartbeat(tmp_path / "s.db", "fraud", epoch, interval=0.05)
+    lost = []
+    beat = standby.Heartbeat(tmp_path / "s.db", "fraud", epoch, interval=0.05, on_lost=lambda *a: lost.append(a))
     beat.start()
     time.sleep(0.3)
     assert fencing.lease_age_ms(db, "fraud") < 200
     newer = fencing.take_lease(db, "fraud")
     assert not fencing.renew(db, "fraud", epoch), "a superseded epoch cannot renew"
+    beat.join(5)
+    assert lost == [("fraud", epoch, newer)], "the beat that finds a newer epoch says so, once"
     beat.stop(release=True)
     assert fencing.lease_age_ms(db, "fraud") < 1_000, "releasing an old epoch leaves the new holder's lease alone"
     fencing.release(db, "fraud", newer)
@@ -52,3 +55,48 @@ def test_a_promotion_or_a_stop_ends_the_wait(tmp_path):
         standby.PROMOTED.clear()
     stopping.set()
     assert standby.wait_for_takeover(db, "fraud", 60, stopping) is False
+
+
+SUPERSEDED_CHILD = """
+import sys, time
+from controlplane import fencing
+from controlplane.store import connect
+from infra import logs
+from pipelines.engine.standby import Heartbeat
+logs.setup()
+db = connect(sys.argv[1])
+epoch = fencing.take_lease(db, "usage")
+Heartbeat(sys.argv[1], "usage", epoch).start()
+print("holding", epoch, flush=True)
+while True:  # a job with no batch to write: nothing of it would ever reach a fenced write
+    time.sleep(1)
+"""
+
+
+def test_a_frozen_instance_woken_after_a_takeover_exits_on_its_next_beat(tmp_path):
+    """The zombie fault's mechanism on its own: an active instance is frozen (SIGSTOP), a newer
+    one takes the lease, the frozen one is woken (SIGCONT). It has no batch to write, so no
+    fenced write would ever stop it; its heartbeat sees the lease lost and it exits 4 at once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from infra.config import ROOT
+
+    store = tmp_path / "s.db"
+    child = subprocess.Popen([sys.executable, "-c", SUPERSEDED_CHILD, str(store)], cwd=ROOT, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert child.stdout.readline().startswith("holding 1")
+        os.kill(child.pid, signal.SIGSTOP)
+        assert fencing.take_lease(connect(store), "usage") == 2  # the replacement
+        os.kill(child.pid, signal.SIGCONT)
+        code = child.wait(timeout=120)  # a liveness bound only: it exits on its first beat after waking
+        said = child.stdout.read()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert code == 4, said
+    assert "epoch 1 no longer holds the lease (the job's epoch is 2)" in said
