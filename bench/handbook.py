@@ -11,11 +11,17 @@
    the exactly-once sinks), with LABEL_DELAY_DAYS = the protocol's delay;
 3. reads every decision back from the exactly-once `decisions` topic (read_committed), and scores
    the test period after the handbook's exclusions (pipelines/fraud/handbook.py): AUC ROC, average
-   precision, card precision@100, per scenario.
+   precision, card precision@100, per scenario;
+4. (unless --rules-only) trains a model on the training window from that run's feature log and the
+   labels known by the end of the delay (`python -m pipelines.fraud.train`: the kind chosen on the
+   validation period before it), then runs the fraud job again on the same replayed topics, from a
+   fresh checkpoint, with that model loaded at its start, and scores the test period the same way.
+   The model decides in the job; nothing here scores offline.
 
 The last line is one JSON object: {auc_roc, average_precision, card_precision_at_100,
 test_transactions, test_frauds, undecided, duplicates, model, replay_tx_per_s, job_tx_per_s,
-wall_s, per_scenario, ...}. Every replayed transaction must be decided exactly once, or it fails.
+wall_s, per_scenario, rules: {...}, learned: {...}, ...}: the headline figures are the learned
+model's (the rules' with --rules-only). Every replayed transaction must be decided exactly once, or it fails.
 """
 from __future__ import annotations
 
@@ -51,6 +57,9 @@ def parse(argv: list[str], s) -> argparse.Namespace:
                    help="replay from this day (default: the start of the file, so 30-day windows are full)")
     p.add_argument("--max-offsets-per-trigger", type=int, default=100_000,
                    help="the job's batch bound while it drains the replayed history")
+    p.add_argument("--rules-only", dest="model", action="store_false",
+                   help="measure the rules alone (by default a model is also trained on the training window "
+                        "with `python -m pipelines.fraud.train` and the job runs again with it)")
     p.add_argument("--keep", action="store_true", help="keep the work folder and topics")
     p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
     a = p.parse_args(argv)
@@ -133,6 +142,53 @@ def figures(history: pd.DataFrame, decisions: pd.DataFrame, protocol) -> dict:
     return result
 
 
+def train(env: dict, protocol) -> dict:
+    """`python -m pipelines.fraud.train` on the protocol's training window, as a user runs it."""
+    end = protocol.train.end - dt.timedelta(days=1)
+    cmd = [sys.executable, "-m", "pipelines.fraud.train", "--from", str(protocol.train.start), "--to", str(end),
+           "--delay-days", str(protocol.delay_days)]
+    log(" ".join(cmd[1:]))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode:
+        raise SystemExit(f"bench handbook: training exited with code {proc.returncode}.")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def copy_models(source, target) -> None:
+    """The `models` rows of one store into another (the model run's fresh store)."""
+    from controlplane.store import connect
+
+    src, dst = connect(source), connect(target)
+    try:
+        rows = [dict(r) for r in src.query("SELECT * FROM models")]
+        with dst.conn:
+            dst["models"].insert_all(rows, replace=True)
+    finally:
+        src.conn.close()
+        dst.conn.close()
+
+
+def world(base_env: dict, work, tag: str, name: str) -> tuple[dict, dict]:
+    """One run's own decisions, features, dead letters, markers, store and checkpoints; the
+    replayed transactions and labels are shared."""
+    topics = {var: f"bench-handbook-{name}-{kind}-{tag}" for var, kind in
+              (("TOPIC_DECISIONS", "decisions"), ("TOPIC_DLQ", "dlq"), ("TOPIC_MARKERS", "markers"),
+               ("TOPIC_DECISIONS_RT", "rt"), ("TOPIC_FEATURES", "features"))}
+    folder = work / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**base_env, **topics, "CARDSTREAM_DB": str(folder / "store.db"),
+            "CHECKPOINT_ROOT": str(folder / "checkpoints")}, topics
+
+
+def measure_run(s, env: dict, topics: dict, work, history, protocol, max_offsets: int) -> dict:
+    job_s = run_job(env, work, max_offsets)
+    log(f"the fraud job decided the history in {job_s:.1f} s ({len(history) / job_s:,.0f} tx/s); "
+        f"reading the decisions back")
+    result = figures(history, read_decisions(s, topics["TOPIC_DECISIONS"]), protocol)
+    result.update(job_s=round(job_s, 1), job_tx_per_s=round(len(history) / job_s, 1))
+    return result
+
+
 def main(argv: list[str]) -> dict:
     s = load()
     a = parse(argv, s)
@@ -140,35 +196,46 @@ def main(argv: list[str]) -> dict:
     tag = uuid.uuid4().hex[:8]
     work = s.run_dir / f"bench-handbook-{tag}"
     work.mkdir(parents=True, exist_ok=True)
-    topics = {var: f"bench-handbook-{kind}-{tag}" for var, kind in
-              (("TOPIC_TRANSACTIONS", "tx"), ("TOPIC_LABELS", "labels"), ("TOPIC_DECISIONS", "decisions"),
-               ("TOPIC_DLQ", "dlq"), ("TOPIC_MARKERS", "markers"), ("TOPIC_DECISIONS_RT", "rt"),
-               ("TOPIC_FEATURES", "features"))}
-    env = {**os.environ, **topics, "PYTHONPATH": str(ROOT), "LABEL_DELAY_DAYS": str(protocol.delay_days),
-           "CARDSTREAM_DB": str(work / "store.db"), "CHECKPOINT_ROOT": str(work / "checkpoints")}
+    shared = {"TOPIC_TRANSACTIONS": f"bench-handbook-tx-{tag}", "TOPIC_LABELS": f"bench-handbook-labels-{tag}"}
+    base = {**os.environ, **shared, "PYTHONPATH": str(ROOT), "LABEL_DELAY_DAYS": str(protocol.delay_days)}
     t0 = time.monotonic()
     history = handbook.load_history(a.data, start=a.start, end=protocol.test.end)
     log(f"{len(history):,} transactions from {history['event_time'].min()} to {history['event_time'].max()}; "
         f"protocol {protocol.describe()}")
+    rules_env, rules_topics = world(base, work, tag, "rules")
+    model_env, model_topics = world(base, work, tag, "model")
     with own_broker(s, log):
         from infra.topics import ensure_topics
 
-        ensure_topics(list(topics.values()), s=s)
-        totals = replay(env, a.data, a.start, protocol.test.end, protocol.delay_days)
-        log(f"replayed {totals.get('sent'):,} transactions at {totals.get('tx_per_s')} tx/s; running the fraud job")
-        job_s = run_job(env, work, a.max_offsets_per_trigger)
-        log(f"the fraud job decided the history in {job_s:.1f} s; reading the decisions back")
-        decisions = read_decisions(s, topics["TOPIC_DECISIONS"])
+        ensure_topics([*shared.values(), *rules_topics.values(), *(model_topics.values() if a.model else ())], s=s)
+        totals = replay(base, a.data, a.start, protocol.test.end, protocol.delay_days)
+        log(f"replayed {totals.get('sent'):,} transactions at {totals.get('tx_per_s')} tx/s; the fraud job, rules")
+        rules = measure_run(s, rules_env, rules_topics, work / "rules", history, protocol, a.max_offsets_per_trigger)
+        rules["model"] = "rules (model 0)"
+        result = {"rules": rules}
+        if a.model:
+            trained = train(rules_env, protocol)
+            log(f"model {trained['version']}: {trained['kind']} {trained['params']}; the fraud job again, with it")
+            copy_models(work / "rules" / "store.db", work / "model" / "store.db")
+            learned = measure_run(s, model_env, model_topics, work / "model", history, protocol,
+                                  a.max_offsets_per_trigger)
+            learned["model"] = f"{trained['kind']} (model {trained['version']})"
+            learned["training"] = trained
+            result["learned"] = learned
         if not a.keep:
             delete_topics(s, tag, log)
-    result = figures(history, decisions, protocol)
-    result.update(model="rules (model 0)", protocol=protocol.describe(), replay_tx_per_s=totals.get("tx_per_s"),
-                  job_s=round(job_s, 1), job_tx_per_s=round(len(history) / job_s, 1),
-                  wall_s=round(time.monotonic() - t0, 1), threshold=s.fraud_threshold)
-    if result["undecided"] or result["duplicates"]:
-        print(json.dumps(result), flush=True)
-        raise SystemExit(f"bench handbook: {result['undecided']} transactions undecided and "
-                         f"{result['duplicates']} decided twice; the job's log is kept at {work / 'job.log'}.")
+    headline = result.get("learned", rules)
+    out = {**{k: headline[k] for k in ("auc_roc", "average_precision", "card_precision_at_100", "test_transactions",
+                                       "test_frauds", "per_scenario", "model")},
+           "undecided": sum(r["undecided"] for r in result.values()),
+           "duplicates": sum(r["duplicates"] for r in result.values()),
+           **result, "protocol": protocol.describe(), "replay_tx_per_s": totals.get("tx_per_s"),
+           "replayed": int(len(history)), "job_tx_per_s": rules["job_tx_per_s"],
+           "wall_s": round(time.monotonic() - t0, 1), "threshold_rules": s.fraud_threshold}
+    if out["undecided"] or out["duplicates"]:
+        print(json.dumps(out), flush=True)
+        raise SystemExit(f"bench handbook: {out['undecided']} transactions undecided and {out['duplicates']} decided "
+                         f"twice; the jobs' logs are kept under {work}.")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return result
+    return out

@@ -24,7 +24,15 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
         "txn_id": str, "card_id": str, "merchant_id": str, "amount_cents": int, "event_time": int,
         "produced_at": int, "decided_at": int, "score_avg_ticket": float, "score_proximity": float,
         "score_velocity": float, "score": float, "is_fraud": int, "is_late": int, "batch_id": int,
+        "model_version": int,
     }, "txn_id"),
+    # the score aggregator's versions (pipelines/fraud/models.py): 0, the rules, is not a row; each
+    # learned one is, with its MLlib files' folder, its features in order, its training window, the
+    # labels it was allowed to see (known by `as_of`) and its validation figures
+    "models": ({"version": int, "kind": str, "params": str, "features": str, "train_from": str,
+                "train_to": str, "as_of": str, "threshold": float, "validation": str, "candidates": str,
+                "path": str, "train_rows": int, "train_frauds": int, "fit_s": float, "created_at": int},
+               "version"),
     # usage counts per guarantee: one row each, increments applied by the sinks
     "usage_counts": ({"guarantee": str, "processed": int, "fraud": int, "updated_at": int}, "guarantee"),
     # the sink ledger: every batch a store sink was handed, and what it did with it, in the same

@@ -132,6 +132,7 @@ DECISION_FIELDS: dict[str, type] = {
     "produced_at": int, "decided_at": int,
     **{f"score_{name}": float for name in ANALYZERS},
     "score": float, "is_fraud": bool, "is_late": bool,
+    "model_version": int,  # the score aggregator that decided: 0 the rules, N a learned model (models table)
 }
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")

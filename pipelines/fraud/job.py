@@ -38,6 +38,7 @@ from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import warm_up
 from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
+from pipelines.fraud import models
 from pipelines.fraud.features import labels_frame, with_history
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
@@ -126,7 +127,7 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    a.features_topic)
 
 
-def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
+def build_scored(spark, o: Options, s: Settings, exclude: str | None = None, model=None):
     """Kafka -> (valid transactions scored per card, malformed records) as two streaming frames.
 
     `exclude`: a condition on the Kafka records' partition and offset (the poison records the
@@ -142,14 +143,15 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None):
     # unless the job starts at the latest offsets
     labels = read_kafka(spark, o.labels_topic, s, starting_offsets="latest" if o.starting_offsets == "latest" else "earliest",
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    return score(source.where(exclude) if exclude else source, s, o.threshold, labels)
+    return score(source.where(exclude) if exclude else source, s, o.threshold, labels, model)
 
 
-def score(source, s: Settings, threshold: float, labels=None):
+def score(source, s: Settings, threshold: float, labels=None, model=None):
     """Rows shaped as Kafka's (key, value, topic, partition, offset, timestamp, timestampType) ->
     (valid transactions scored per card with the event-time features (pipelines/fraud/features.py;
     `labels`: Kafka rows of the labels topic, the terminals' feedback) and the aggregator's score
-    and verdict, malformed records).
+    and verdict — by the rules, or by `model`, a learned version (pipelines/fraud/models.py) —
+    malformed records).
 
     The verdict is part of the streaming plan, planned once with it: built in the sink instead,
     its Python expression building and a second query plan cost every batch 60-80 ms."""
@@ -166,15 +168,20 @@ def score(source, s: Settings, threshold: float, labels=None):
                      "produced_at", "offset"))
     history = with_history(per_card(valid, s), labels_frame(labels) if labels is not None else None,
                            SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days)
-    return verdict(history, threshold), bad
+    return verdict(history, threshold, model), bad
 
 
-def verdict(scored, threshold: float):
-    """The aggregator's `score` and `is_fraud` beside the analyzers' scores (Spark SQL, in the JVM)."""
+def verdict(scored, threshold: float, model=None):
+    """The aggregator's `score`, `is_fraud` and `model_version` beside the analyzers' scores, in the
+    JVM: the rules (model 0: Spark SQL) or a learned version (its MLlib pipeline's transforms)."""
+    from pyspark.sql import functions as F
+
     from pipelines.fraud.aggregator import aggregate_columns
 
+    if model is not None and model.pipeline is not None:
+        return models.scored_columns(scored, model)
     total, is_fraud = aggregate_columns(threshold)
-    return scored.select("*", total.alias("score"), is_fraud.alias("is_fraud"))
+    return scored.select("*", total.alias("score"), is_fraud.alias("is_fraud"), F.lit(models.RULES).alias("model_version"))
 
 
 def per_card(valid, s: Settings):
@@ -219,7 +226,7 @@ def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False)
         return run_to_end([query], timeout_s, cancel)
 
 
-def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None) -> dict:
+def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None, model=None) -> dict:
     """{query name: start(restart)} for the decisions query and the dead-letter query. With the
     poison-batch rule (`poison`, `quarantine`), each handler's own exception is recorded and the
     decisions query starts without the records it dead-lettered."""
@@ -234,7 +241,7 @@ def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quaranti
         excluded = quarantine.excluded() if quarantine else None
         if excluded:
             log.info("decisions query starts without the poison records: %s", excluded[:200])
-        scored, _ = build_scored(spark, o, s, excluded)
+        scored, _ = build_scored(spark, o, s, excluded, model)
         return trigger(scored.writeStream.queryName(JOB)
                        .option("checkpointLocation", str(o.checkpoint / "decisions"))
                        .foreachBatch(guard(JOB, sinks.decisions)), o.trigger_seconds).start()
@@ -412,7 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
     poison.quarantine[JOB] = quarantine
     faults.send_poison = lambda txn_id: send_poison(s, o.transactions_topic, txn_id)
-    start = starters(spark, o, s, sinks, poison, quarantine)
+    model = models.load(db)
+    if model.why:
+        log.warning("%s", model.why)
+    log.info("deciding with model %s%s", model.version, " (the rules)" if model.version == models.RULES else "")
+    start = starters(spark, o, s, sinks, poison, quarantine, model)
     if o.mode == "realtime":
         from pipelines.fraud import realtime
 

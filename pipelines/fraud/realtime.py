@@ -83,6 +83,7 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
         *[F.col(f"score_{n}") for n in ANALYZERS],
         score.alias("score"), is_fraud.alias("is_fraud"),
         (F.col("event_time") < decided_at - F.lit(watermark_ms)).alias("is_late"),
+        F.lit(0).alias("model_version"),  # the real-time path decides with the rules
         F.col("profile_age_ms"))
 
 

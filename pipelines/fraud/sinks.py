@@ -32,6 +32,7 @@ from infra.config import Settings
 from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
 from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
+from pipelines.fraud.features import FEATURE_LOG_FIELDS
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -54,6 +55,20 @@ _INSERT = (f"INSERT INTO decisions ({', '.join(DECISION_COLUMNS)}) VALUES "
            f"({', '.join('?' for _ in DECISION_COLUMNS)}) ON CONFLICT(txn_id) DO NOTHING")
 
 
+def feature_records(rows: list[dict], decided_at: int) -> list[tuple[bytes, bytes]]:
+    """The feature log's records of a batch (pure): per decision, what it was made on (the
+    features, by FEATURE_LOG_FIELDS) and what it said, keyed by txn_id. A model is trained on
+    these, joined with the labels: training and serving see the same features, computed once."""
+    out = []
+    for r in rows:
+        record = {name: r.get(name) for name in FEATURE_LOG_FIELDS}
+        record["is_fraud"] = bool(record["is_fraud"])
+        record["model_version"] = int(r.get("model_version") or 0)
+        record["decided_at"] = decided_at
+        out.append((r["txn_id"].encode(), json.dumps(record).encode()))
+    return out
+
+
 def decision_records(rows: list[dict], decided_at: int, batch_id: int) -> list[dict]:
     """Scored rows (with score/is_fraud) -> Decision dicts as the contract says (pure)."""
     out = []
@@ -61,6 +76,7 @@ def decision_records(rows: list[dict], decided_at: int, batch_id: int) -> list[d
         d = {name: r.get(name) for name in DECISION_FIELDS}
         d["decided_at"] = decided_at
         d["is_fraud"], d["is_late"] = bool(d["is_fraud"]), bool(d["is_late"])
+        d["model_version"] = int(d["model_version"] or 0)
         d["batch_id"] = batch_id
         out.append(d)
     return out
@@ -221,8 +237,11 @@ class TransactionalTopic:
         finally:
             c.close()
 
-    def write(self, batch_id: int, records: list[tuple[bytes | None, bytes]], *, _expired: bool = False) -> bool:
+    def write(self, batch_id: int, records: list[tuple[bytes | None, bytes]],
+              extra: dict[str, list[tuple[bytes | None, bytes]]] | None = None, *, _expired: bool = False) -> bool:
         """Send the batch in one transaction; False when its marker was already committed.
+        `extra`: records for other topics that belong to the same batch (the feature log), in the
+        same transaction: all of them are in their topics, or none.
 
         Every wait is bounded (the flush and the commit each by the producer's transaction timeout,
         after which the broker aborts the transaction anyway; the abort by ABORT_WAIT_S):
@@ -240,6 +259,7 @@ class TransactionalTopic:
             producer.begin_transaction()
             wait_s = producer.config["transaction_timeout_ms"] / 1000  # the broker aborts it after this anyway
             futures = [producer.send(self.topic, key=k, value=v) for k, v in records]
+            futures += [producer.send(topic, key=k, value=v) for topic, more in (extra or {}).items() for k, v in more]
             marker = {"stream": self.stream, "checkpoint_id": self.checkpoint_id, "batch_id": batch_id,
                       "records": len(records), "ts": now_ms()}
             futures.append(producer.send(self.markers, key=self.marker_key, value=json.dumps(marker).encode()))
@@ -259,7 +279,7 @@ class TransactionalTopic:
             log.warning("%s: batch %s: the broker ended the transaction (%r) but the store says this instance still "
                         "owns the job: its transaction timed out (a broker outage), not a fence; sending the batch "
                         "again with a new producer", self.stream, batch_id, exc)
-            return self.write(batch_id, records, _expired=True)
+            return self.write(batch_id, records, extra, _expired=True)
         except Exception:
             self._discard(abort=True)
             raise
@@ -422,7 +442,8 @@ class Sinks:
                     if self.write_profiles:
                         write_profiles(conn, rows)
             clock.lap("store_ms")
-            self.topic(JOB, self.o.decisions_topic, checkpoint).write(batch_id, payloads)
+            self.topic(JOB, self.o.decisions_topic, checkpoint).write(
+                batch_id, payloads, {self.o.features_topic: feature_records(rows, decided_at)})
             clock.lap("kafka_ms")
             clock.record(self.db, JOB, batch_id, len(records))
         except (fencing.FencedError, Fenced) as exc:

@@ -1,0 +1,90 @@
+"""The score aggregator's versions: model 0 is the rules (pipelines/fraud/aggregator.py), every
+later version a Spark MLlib pipeline fitted on the feature log (`python -m pipelines.fraud.train`).
+
+A version is a row of the store's `models` table (its features in order, its training window, the
+labels it saw, its validation figures, its threshold) and a folder of MLlib files under
+`models/v<N>` beside the store's file. The fraud job serves the newest version that loads, as Spark SQL and
+MLlib transforms in its streaming plan (the JVM); when none exists or the newest cannot be loaded,
+it decides with the rules and says why in one sentence (`Loaded.why`), never crash-looping.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.fraud.features import BASELINE_FEATURES
+
+# What a model is fed, in order: the payment's amount, the event-time features, the analyzers'
+# scores. The feature log holds every one of them for every decision.
+MODEL_FEATURES = ("amount",) + BASELINE_FEATURES + ("score_avg_ticket", "score_proximity", "score_velocity")
+RULES = 0
+log = logging.getLogger("fraud")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The aggregator a job serves: a version, its MLlib pipeline (None for the rules), its
+    threshold and features, and, when it fell back to the rules, why."""
+    version: int
+    pipeline: object | None = None
+    threshold: float | None = None
+    features: tuple[str, ...] = MODEL_FEATURES
+    why: str | None = None
+
+
+def models_dir(store_folder: Path) -> Path:
+    return Path(store_folder) / "models"
+
+
+def register(db, row: dict) -> int:
+    """Add a version (the next number) to the `models` table; its number."""
+    with db.conn:
+        version = (db.execute("SELECT coalesce(max(version), 0) FROM models").fetchone()[0] or 0) + 1
+        db["models"].insert({**row, "version": version})
+    return version
+
+
+def versions(db) -> list[dict]:
+    return [dict(r) for r in db.query("SELECT * FROM models ORDER BY version")]
+
+
+def newest(db) -> dict | None:
+    rows = list(db.query("SELECT * FROM models ORDER BY version DESC LIMIT 1"))
+    return dict(rows[0]) if rows else None
+
+
+def load(db, version: int | None = None) -> Loaded:
+    """The version asked for (default: the newest), or the rules with the reason it could not be."""
+    from pyspark.ml import PipelineModel
+
+    row = newest(db) if version is None else next(
+        iter(db.query("SELECT * FROM models WHERE version = ?", [version])), None)
+    if row is None:
+        if version is None:
+            return Loaded(RULES)
+        return Loaded(RULES, why=f"model {version} is not in the store; deciding with the rules (model 0)")
+    row = dict(row)
+    try:
+        pipeline = PipelineModel.load(row["path"])
+    except Exception as exc:  # noqa: BLE001 - a missing or corrupt model must not stop decisions
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return Loaded(RULES, why=f"model {row['version']} could not be loaded from {row['path']} ({first}); "
+                                 f"deciding with the rules (model 0)")
+    return Loaded(int(row["version"]), pipeline, float(row["threshold"]), tuple(json.loads(row["features"])))
+
+
+def scored_columns(df, loaded: Loaded):
+    """`df` (the scored transactions with their features) + `score`, `is_fraud`, `model_version`
+    from the learned pipeline (JVM transforms: VectorAssembler and the classifier)."""
+    from pyspark.ml.functions import vector_to_array
+    from pyspark.sql import functions as F
+
+    columns = df.columns
+    ready = df if "amount" in columns else df.withColumn("amount", F.col("amount_cents") / F.lit(100.0))
+    out = loaded.pipeline.transform(ready)
+    score = vector_to_array(F.col("m_probability"))[1]
+    return out.select(*[F.col(c) for c in columns], score.alias("score"),
+                      (score >= F.lit(loaded.threshold)).alias("is_fraud"),
+                      F.lit(loaded.version).alias("model_version"))

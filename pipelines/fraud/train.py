@@ -1,0 +1,200 @@
+"""Fit the score aggregator on the labelled feature log with Spark MLlib, and save a version:
+
+    python -m pipelines.fraud.train --from DATE --to DATE [--delay-days 7] [--as-of DATE]
+
+The feature log (topic `features`: every decision's features, as the fraud job computed them) is
+joined with the labels (topic `labels`) that were known by `--as-of` — by default the end of the
+training window plus the feedback delay, the moment the model would go live: a label is known at
+its `known_at` (a replayed history's) or when it reached Kafka (live). Nothing later is read.
+
+The model kind and its settings are chosen by measurement on a validation period before the
+training window, as the fraud-detection handbook's chapter 5 does (`Protocol.validation`: the same
+protocol shifted back by the delay and a test period): each candidate is fitted on the validation
+training window and scored on the validation test period after the handbook's exclusions; the
+best average precision wins, is refitted on the training window, and its threshold is the score
+that maximised F1 on the validation period. The test period is never looked at here.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+
+from infra import logs
+from infra.config import Settings, load
+from pipelines.fraud import handbook, models
+from pipelines.fraud.features import FEATURE_LOG_FIELDS
+from pipelines.fraud.metrics import auc_roc, average_precision
+
+LABEL_READ_SCHEMA = "txn_id string, is_fraud boolean, pattern string, known_at bigint"
+
+
+def candidates():
+    """(kind, settings, estimator) to choose among: few, as the handbook's model selection."""
+    from pyspark.ml.classification import GBTClassifier, LogisticRegression, RandomForestClassifier
+
+    common = {"featuresCol": "m_features", "labelCol": "label", "predictionCol": "m_prediction"}
+
+    def named(estimator):  # GBTClassifier's constructor takes no probability/raw columns: setters
+        return estimator.setProbabilityCol("m_probability").setRawPredictionCol("m_raw")
+
+    return [
+        ("logistic-regression", {"regParam": 1e-4}, named(LogisticRegression(**common, regParam=1e-4,
+                                                                             standardization=True, maxIter=100))),
+        ("random-forest", {"numTrees": 100, "maxDepth": 8},
+         named(RandomForestClassifier(**common, numTrees=100, maxDepth=8, seed=7))),
+        ("gradient-boosted-trees", {"maxIter": 50, "maxDepth": 4, "stepSize": 0.1},
+         named(GBTClassifier(**common, maxIter=50, maxDepth=4, stepSize=0.1, seed=7))),
+    ]
+
+
+def read_log(spark, s: Settings, features_topic: str, labels_topic: str, as_of_ms: int):
+    """The feature log joined with the labels known by `as_of_ms`, as a pandas frame in the
+    protocol's terms (handbook.py): txn_id, card_id, event_time (datetime), label, the features."""
+    from pyspark.sql import functions as F
+
+    from infra import kafka_client
+
+    def topic(name):
+        return (spark.read.format("kafka").options(**kafka_client.spark_options(s)).option("subscribe", name)
+                .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest")
+                .option("endingOffsets", "latest").load())
+
+    types = {"txn_id": "string", "card_id": "string", "merchant_id": "string", "amount_cents": "bigint",
+             "event_time": "bigint", "is_fraud": "boolean", "model_version": "int"}
+    schema = ", ".join(f"{f} {types.get(f, 'double')}" for f in (*FEATURE_LOG_FIELDS, "model_version"))
+    feats = (topic(features_topic).select(F.from_json(F.col("value").cast("string"), schema).alias("r"))
+             .select("r.*").dropDuplicates(["txn_id"]))
+    labels = (topic(labels_topic)
+              .select(F.from_json(F.col("value").cast("string"), LABEL_READ_SCHEMA).alias("l"),
+                      F.unix_millis("timestamp").alias("appended_at"))
+              .select("l.txn_id", F.col("l.is_fraud").alias("label_fraud"),
+                      F.coalesce("l.known_at", "appended_at").alias("known_at"))
+              .where(F.col("txn_id").isNotNull() & F.col("label_fraud").isNotNull()
+                     & (F.col("known_at") <= F.lit(as_of_ms)))
+              .dropDuplicates(["txn_id"]))
+    joined = feats.join(labels, "txn_id").toPandas()
+    joined["event_time"] = pd.to_datetime(joined["event_time"], unit="ms")
+    joined["label"] = joined.pop("label_fraud").astype(int)
+    joined["amount"] = joined["amount_cents"] / 100.0
+    return joined
+
+
+def fit(spark, estimator, frame: pd.DataFrame, features):
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import VectorAssembler
+
+    assembler = VectorAssembler(inputCols=list(features), outputCol="m_features", handleInvalid="keep")
+    data = spark.createDataFrame(frame[list(features) + ["label"]].astype(float)).cache()
+    try:
+        return Pipeline(stages=[assembler, estimator]).fit(data)
+    finally:
+        data.unpersist()
+
+
+def score(spark, pipeline, frame: pd.DataFrame, features) -> np.ndarray:
+    from pyspark.ml.functions import vector_to_array
+
+    pdf = frame[list(features)].astype(float).reset_index(drop=True)
+    pdf["_row"] = np.arange(len(pdf), dtype=np.int64)
+    got = pipeline.transform(spark.createDataFrame(pdf)).select(
+        "_row", vector_to_array("m_probability")[1].alias("p")).toPandas()
+    return got.sort_values("_row")["p"].to_numpy(dtype=float)
+
+
+def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> float:
+    """The score threshold with the highest F1 on (y, s): the job's is_fraud cut."""
+    order = np.argsort(-s, kind="mergesort")
+    ys, ss = y[order], s[order]
+    tp = np.cumsum(ys)
+    k = np.arange(1, len(ys) + 1)
+    f1 = 2 * tp / (k + ys.sum())
+    last = np.r_[ss[1:] != ss[:-1], True]  # a threshold takes every payment of equal score
+    i = int(np.argmax(np.where(last, f1, -1)))
+    return float(ss[i])
+
+
+def train(spark, s: Settings, start: dt.date, end: dt.date, delay_days: int, as_of: dt.datetime,
+          features_topic: str, labels_topic: str, db, progress=print) -> dict:
+    """Choose, fit and register a version; its `models` row."""
+    t0 = time.monotonic()
+    days = (end - start).days + 1
+    protocol = handbook.Protocol(start, days, delay_days, min(days, 7))
+    validation = protocol.validation()
+    as_of_ms = int(as_of.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+    logged = read_log(spark, s, features_topic, labels_topic, as_of_ms)
+    progress(f"train: {len(logged):,} labelled decisions in the feature log (labels known by {as_of:%Y-%m-%d %H:%M} UTC)")
+    features = models.MODEL_FEATURES
+    v_train = handbook.train_frame(logged, validation)
+    v_test = handbook.test_frame(logged, validation)
+    if v_train["label"].sum() == 0 or v_test.empty:
+        raise SystemExit(f"train: the validation period {validation.describe()} has no labelled fraud or no "
+                         f"payments in the feature log: replay or run further back first.")
+    tried = []
+    for kind, params, estimator in candidates():
+        started = time.monotonic()
+        pipeline = fit(spark, estimator, v_train, features)
+        v_test = v_test.assign(score=score(spark, pipeline, v_test, features))
+        figures = handbook.evaluate(v_test)
+        tried.append({"kind": kind, "params": params, "fit_s": round(time.monotonic() - started, 1),
+                      **{k: figures[k] for k in ("auc_roc", "average_precision", "card_precision_at_100")},
+                      "threshold": best_f1_threshold(v_test["label"].to_numpy(), v_test["score"].to_numpy())})
+        progress(f"train: validation {kind}: AP {figures['average_precision']}, AUC {figures['auc_roc']}, "
+                 f"CP@100 {figures['card_precision_at_100']}")
+    best = max(tried, key=lambda t: t["average_precision"] or 0.0)
+    kind, params, estimator = next(c for c in candidates() if c[0] == best["kind"])
+    train_rows = handbook.train_frame(logged, protocol)
+    started = time.monotonic()
+    pipeline = fit(spark, estimator, train_rows, features)
+    fit_s = time.monotonic() - started
+    row = {"kind": kind, "params": json.dumps(params), "features": json.dumps(list(features)),
+           "train_from": str(start), "train_to": str(end), "as_of": as_of.isoformat(),
+           "threshold": best["threshold"], "validation": json.dumps({**validation.describe(), **best}),
+           "candidates": json.dumps(tried), "train_rows": int(len(train_rows)),
+           "train_frauds": int(train_rows["label"].sum()), "fit_s": round(fit_s, 1),
+           "created_at": int(time.time() * 1000), "path": ""}
+    version = models.register(db, row)
+    path = models.models_dir(s.store_path.parent) / f"v{version}"
+    pipeline.write().overwrite().save(str(path))
+    with db.conn:
+        db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
+    progress(f"train: model {version} ({kind}, {params}) fitted on {len(train_rows):,} payments in {fit_s:.1f} s, "
+             f"threshold {best['threshold']:.4f}; {time.monotonic() - t0:.1f} s in all")
+    return {**row, "version": version, "path": str(path), "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipelines.fraud.train", description=__doc__.splitlines()[0])
+    p.add_argument("--from", dest="start", required=True, type=dt.date.fromisoformat, help="first training day (UTC)")
+    p.add_argument("--to", dest="end", required=True, type=dt.date.fromisoformat, help="last training day (UTC)")
+    p.add_argument("--delay-days", type=int, default=None, help="the feedback delay (LABEL_DELAY_DAYS)")
+    p.add_argument("--as-of", type=dt.datetime.fromisoformat, default=None,
+                   help="labels known by then (default: the day after --to plus the delay)")
+    p.add_argument("--features-topic", default=None)
+    p.add_argument("--labels-topic", default=None)
+    a = p.parse_args(argv)
+    if a.end < a.start:
+        p.error("--to is before --from")
+    logs.setup()
+    s = load()
+    delay = s.label_delay_days if a.delay_days is None else a.delay_days
+    as_of = a.as_of or dt.datetime.combine(a.end + dt.timedelta(days=1 + delay), dt.time())
+    from controlplane.store import connect
+    from pipelines.engine.session import get_spark
+
+    spark = get_spark("cardstream-train", s)
+    db = connect(s=s)
+    row = train(spark, s, a.start, a.end, delay, as_of, a.features_topic or s.topics.features,
+                a.labels_topic or s.topics.labels, db, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps({k: row[k] for k in ("version", "kind", "params", "threshold", "train_rows", "train_frauds",
+                                          "fit_s", "wall_s", "path")} | {"validation": json.loads(row["validation"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
