@@ -17,6 +17,7 @@ import threading
 
 from controlplane import fencing
 from controlplane.clock import now_ms
+from controlplane.store import connect
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,6 @@ class Heartbeat(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        from controlplane.store import connect
-
         db = connect(self.store_path)
         while not self.halt.wait(self.interval):
             try:
@@ -83,8 +82,6 @@ class Heartbeat(threading.Thread):
     def stop(self, release: bool = True) -> None:
         self.halt.set()
         if release:
-            from controlplane.store import connect
-
             try:
                 fencing.release(connect(self.store_path), self.job, self.epoch)
             except Exception:  # noqa: BLE001 - the lease then simply expires
