@@ -189,6 +189,25 @@ def measure_run(s, env: dict, topics: dict, work, history, protocol, max_offsets
     return result
 
 
+def record(s, run_id: str, result: dict, protocol) -> None:
+    """One `handbook_runs` row per aggregator of this run (the dashboard's headline quality)."""
+    from controlplane.store import connect, transaction
+
+    db = connect(s=s)
+    try:
+        with transaction(db):
+            for r in result.values():
+                db["handbook_runs"].insert({
+                    "run_id": run_id, "ts": int(time.time() * 1000), "model": r["model"],
+                    "model_version": r.get("training", {}).get("version", 0),
+                    **{k: r[k] for k in ("auc_roc", "average_precision", "card_precision_at_100",
+                                         "test_transactions", "test_frauds")},
+                    "protocol": json.dumps(protocol.describe()), "per_scenario": json.dumps(r["per_scenario"]),
+                    "card_precision_per_day": json.dumps(r.get("card_precision_at_100_per_day"))})
+    finally:
+        db.conn.close()
+
+
 def main(argv: list[str]) -> dict:
     s = load()
     a = parse(argv, s)
@@ -236,6 +255,7 @@ def main(argv: list[str]) -> dict:
         print(json.dumps(out), flush=True)
         raise SystemExit(f"bench handbook: {out['undecided']} transactions undecided and {out['duplicates']} decided "
                          f"twice; the jobs' logs are kept under {work}.")
+    record(s, uuid.uuid4().hex[:12], result, protocol)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return out

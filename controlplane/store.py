@@ -33,6 +33,15 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                 "train_to": str, "as_of": str, "threshold": float, "validation": str, "candidates": str,
                 "path": str, "train_rows": int, "train_frauds": int, "fit_s": float, "created_at": int},
                "version"),
+    # the version each job decides with since its start (0: the rules; `why`: the one sentence when
+    # it fell back to the rules because a model could not be loaded)
+    "model_use": ({"job": str, "version": int, "why": str, "since": int, "epoch": int}, "job"),
+    # bench handbook's figures per run and aggregator (rules, learned): the protocol's test period,
+    # data the aggregator was not tuned on, for the dashboard's headline quality
+    "handbook_runs": ({"run_id": str, "ts": int, "model": str, "model_version": int, "auc_roc": float,
+                       "average_precision": float, "card_precision_at_100": float, "test_transactions": int,
+                       "test_frauds": int, "protocol": str, "per_scenario": str, "card_precision_per_day": str},
+                      ("run_id", "model")),
     # usage counts per guarantee: one row each, increments applied by the sinks
     "usage_counts": ({"guarantee": str, "processed": int, "fraud": int, "updated_at": int}, "guarantee"),
     # the sink ledger: every batch a store sink was handed, and what it did with it, in the same

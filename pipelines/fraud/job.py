@@ -423,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     if model.why:
         log.warning("%s", model.why)
     log.info("deciding with model %s%s", model.version, " (the rules)" if model.version == models.RULES else "")
+    db["model_use"].upsert({"job": JOB, "version": model.version, "why": model.why, "since": int(time.time() * 1000),
+                            "epoch": epoch}, pk="job")
     start = starters(spark, o, s, sinks, poison, quarantine, model)
     if o.mode == "realtime":
         from pipelines.fraud import realtime
