@@ -144,6 +144,11 @@ CATALOGUE: dict[str, Fault] = {f.kind: f for f in (
           (_rate("fraud_rate", "share of fraud, 0..1", 1.0),), is_fault=False),
     Fault("set-late-rate", SIMULATOR, (SIMULATOR,), "share of late events from the next block on",
           (_rate("late_rate", "share of late events, 0..1", 1.0),), is_fault=False),
+    Fault("use-model", JOB, (FRAUD,),
+          "switch the fraud job's score aggregator to this model version between two batches, without a "
+          "restart of the job (0: the rules)",
+          (Param("version", int, None, "", "the model version (python -m pipelines.fraud.train makes them)",
+                 minimum=0, maximum=1_000_000, required=True),), is_fault=False),
     Fault("set-fraud-guarantee", SUPERVISOR, (FRAUD,),
           "restart the fraud job with this guarantee on its real-time path (real-time mode): at-most-once "
           "skips what arrives while it restarts, at-least-once replays from its checkpoint",

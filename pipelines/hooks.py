@@ -48,6 +48,7 @@ class Faults:
         self._crash: tuple[int, str] | None = None       # (command id, target query)
         self._task_failures: dict[str, int] = {}          # target query -> command id
         self._poison: dict[str, int] = {}                  # poison txn_id -> command id
+        self._model: tuple[int, int] | None = None         # (command id, model version) to switch to
         self.send_poison = None                            # job-supplied: send(txn_id) a valid transaction
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -68,6 +69,8 @@ class Faults:
                     self._task_failures[name] = command.id
             elif command.kind == "poison-pill":
                 self._poison[f"poison-pill-{command.id}"] = command.id  # armed before it can be read
+            elif command.kind == "use-model":
+                self._model = (command.id, int(command.param("version")))
             elif command.kind == "sink-down":
                 seconds = float(command.param("seconds"))
                 self.gate.take_down(seconds)
@@ -109,6 +112,12 @@ class Faults:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def take_model_switch(self) -> tuple[int, int] | None:
+        """(command id, version) of a use-model command not yet carried out, once."""
+        with self._lock:
+            switch, self._model = self._model, None
+            return switch
 
     # -- consulted by the sinks -------------------------------------------------------------------
     def take_task_failure(self, query: str) -> int | None:

@@ -60,12 +60,14 @@ class QueryRunner:
     def __init__(self, job: str, db, epoch: int, starters: dict, stopping: threading.Event,
                  backoff: Callable[[], Backoff] | None = None, finished=lambda queries: False,
                  poison: Poison | None = None, retry_forever: tuple[str, ...] = (),
-                 deferred: tuple[str, ...] = (), defer_max_s: float = 30.0):
+                 deferred: tuple[str, ...] = (), defer_max_s: float = 30.0, tick=None):
         """`starters`: {query name: start(restart: bool) -> StreamingQuery}, the first one the job's
         main query. `finished`: whether the job is done (an availableNow run whose queries all
         ended). `backoff`: makes each query's own back-off (default: 2 s doubled up to 30 s, give
         up after 5 failures in 5 minutes). `deferred`: queries started after the first one's first
-        batch (not for availableNow runs: `finished` sees only started queries)."""
+        batch (not for availableNow runs: `finished` sees only started queries). `tick(runner)`:
+        the job's own work between two looks at the queries (a model switch)."""
+        self.tick = tick
         self.job, self.db, self.epoch = job, db, epoch
         self.starters, self.stopping, self.finished = starters, stopping, finished
         self.deferred = [name for name in starters if name in deferred]
@@ -101,6 +103,8 @@ class QueryRunner:
         """Until stopped: restart failed queries; the exit code the job should end with."""
         while not self.stopping.wait(0.5):
             self.start_deferred()
+            if self.tick is not None:
+                self.tick(self)
             if self.finished(list(self.queries.values())):
                 return 0
             for name, query in list(self.queries.items()):
@@ -188,6 +192,17 @@ class QueryRunner:
                 "action": action, "epoch": self.epoch, "ts": now_ms()})
         except Exception as exc:  # noqa: BLE001
             log.warning("could not record the failure of %s: %s", failure.query, exc)
+
+    def restart_between_batches(self, name: str, between_batches_s: float = 20.0) -> None:
+        """Stop one query when it is idle between two triggers (a running batch would be cancelled
+        and replayed: exactly once all the same, but decided twice), and start it again from its
+        checkpoint with whatever its starter builds now."""
+        query = self.queries[name]
+        deadline = time.monotonic() + between_batches_s
+        while query.isActive and _trigger_active(query) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        query.stop()
+        self.queries[name] = self.starters[name](restart=True)
 
     def stop(self, between_batches_s: float = 20.0) -> None:
         """Stop each query between two batches when it can: `stop()` cancels a running batch

@@ -226,10 +226,12 @@ def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False)
         return run_to_end([query], timeout_s, cancel)
 
 
-def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None, model=None) -> dict:
+def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None,
+             model=lambda: None) -> dict:
     """{query name: start(restart)} for the decisions query and the dead-letter query. With the
     poison-batch rule (`poison`, `quarantine`), each handler's own exception is recorded and the
-    decisions query starts without the records it dead-lettered."""
+    decisions query starts without the records it dead-lettered. `model()`: the aggregator the
+    decisions query is planned with when it (re)starts (a use-model command changes it)."""
     guard = poison.recorder.guard if poison else (lambda name, handler: handler)
 
     def trigger(writer, seconds):
@@ -241,7 +243,7 @@ def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quaranti
         excluded = quarantine.excluded() if quarantine else None
         if excluded:
             log.info("decisions query starts without the poison records: %s", excluded[:200])
-        scored, _ = build_scored(spark, o, s, excluded, model)
+        scored, _ = build_scored(spark, o, s, excluded, model())
         return trigger(scored.writeStream.queryName(JOB)
                        .option("checkpointLocation", str(o.checkpoint / "decisions"))
                        .foreachBatch(guard(JOB, sinks.decisions)), o.trigger_seconds).start()
@@ -254,6 +256,45 @@ def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quaranti
                        max(o.trigger_seconds, s.dlq_trigger_seconds)).start()
 
     return {JOB: decisions, f"{JOB}-dlq": dead_letters}
+
+
+class ModelSwitch:
+    """The score aggregator the job serves, and its switch between two batches (use-model): the
+    new version is loaded first (a model that cannot be loaded leaves the current one serving and
+    fails the command in one sentence), the decisions query is stopped while idle and started again
+    from its checkpoint with the new plan, and `model_use` says so in a fenced write."""
+
+    def __init__(self, db, epoch: int, model: models.Loaded):
+        self.db, self.epoch, self.model = db, epoch, model
+        if model.why:
+            log.warning("%s", model.why)
+        self.record()
+
+    def record(self) -> None:
+        with fencing.fenced_write(self.db, JOB, self.epoch, f"model {self.model.version} in use") as conn:
+            conn.execute("INSERT INTO model_use (job, version, why, since, epoch) VALUES (?, ?, ?, ?, ?) "
+                         "ON CONFLICT(job) DO UPDATE SET version = excluded.version, why = excluded.why, "
+                         "since = excluded.since, epoch = excluded.epoch",
+                         (JOB, self.model.version, self.model.why, int(time.time() * 1000), self.epoch))
+        log.info("deciding with model %s%s", self.model.version,
+                 " (the rules)" if self.model.version == models.RULES else "")
+
+    def switch_if_asked(self, runner, faults) -> None:
+        from controlplane import commands
+
+        asked = faults.take_model_switch()
+        if asked is None:
+            return
+        command_id, version = asked
+        loaded = models.Loaded(models.RULES) if version == models.RULES else models.load(self.db, version)
+        if loaded.version != version:
+            commands.finish(self.db, command_id, f"stayed on model {self.model.version}: {loaded.why}", ok=False)
+            return
+        previous, self.model = self.model, loaded
+        runner.restart_between_batches(JOB, between_batches_s=5.0)
+        self.record()
+        commands.finish(self.db, command_id, f"switched from model {previous.version} to model {version} "
+                                             f"between two batches")
 
 
 def send_poison(s: Settings, topic: str, txn_id: str) -> None:
@@ -419,13 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
     poison.quarantine[JOB] = quarantine
     faults.send_poison = lambda txn_id: send_poison(s, o.transactions_topic, txn_id)
-    model = models.load(db)
-    if model.why:
-        log.warning("%s", model.why)
-    log.info("deciding with model %s%s", model.version, " (the rules)" if model.version == models.RULES else "")
-    db["model_use"].upsert({"job": JOB, "version": model.version, "why": model.why, "since": int(time.time() * 1000),
-                            "epoch": epoch}, pk="job")
-    start = starters(spark, o, s, sinks, poison, quarantine, model)
+    serving = ModelSwitch(db, epoch, models.load(db))
+    start = starters(spark, o, s, sinks, poison, quarantine, lambda: serving.model)
     if o.mode == "realtime":
         from pipelines.fraud import realtime
 
@@ -447,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
                          finished=lambda qs: o.available_now and all(
                              not q.isActive and q.exception() is None for q in qs),
                          poison=poison, retry_forever=(f"{JOB}-dlq",),
-                         deferred=() if o.available_now else (f"{JOB}-dlq",))
+                         deferred=() if o.available_now else (f"{JOB}-dlq",),
+                         tick=lambda r: serving.switch_if_asked(r, faults))
     runner.start()
     faults.start()
     log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)

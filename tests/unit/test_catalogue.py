@@ -67,7 +67,7 @@ def test_every_kind_is_claimed_by_exactly_one_executor():
     for job in JOBS:
         assert set(faults.claims(faults.JOB, job)) == {k for k, f in faults.CATALOGUE.items()
                                                         if f.executor == faults.JOB and job in f.jobs}
-    assert faults.claims(faults.JOB, faults.FRAUD) == ("crash-after-sink", "poison-pill")
+    assert faults.claims(faults.JOB, faults.FRAUD) == ("crash-after-sink", "poison-pill", "use-model")
 
 
 def test_the_supervisor_has_a_handler_for_each_kind_it_claims():
