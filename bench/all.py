@@ -66,6 +66,8 @@ SMOKE = {
     "parse": ["--rows", "1200", "--rounds", "1", "--bad-every", "6"],
     "quality": ["--cards", "10", "--days", "2"],
     "backlog": ["--minutes", "0.05", "--rate", "50", "--every", "1", "--timeout", "300"],
+    "handbook": ["--train-start", "2018-04-04", "--train-days", "1", "--delay-days", "1", "--test-days", "1",
+                 "--rules-only", "--max-offsets-per-trigger", "20000"],
 }
 # figure -> the limit / peer figure it is compared with (ratios of medians)
 LIMIT_OF = {

@@ -185,14 +185,16 @@ def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: 
     "real-time": the job in real-time mode, read from `decisions-rt` until every transaction is
     decided there, then stopped."""
     tag = uuid.uuid4().hex[:8]
-    tx, dec, dlq, marks, rt = (f"bench-quality-{name}-{tag}" for name in ("tx", "dec", "dlq", "marks", "rt"))
-    ensure_topics([tx, dec, dlq, marks, rt], s=s)
+    tx, dec, dlq, marks, rt, lab, feat = (f"bench-quality-{name}-{tag}"
+                                          for name in ("tx", "dec", "dlq", "marks", "rt", "labels", "features"))
+    ensure_topics([tx, dec, dlq, marks, rt, lab, feat], s=s)
     send(s, tx, txns)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "pipelines.fraud", "--transactions-topic", tx,
            "--decisions-topic", dec, "--dlq-topic", dlq, "--markers-topic", marks, "--realtime-topic", rt,
+           "--labels-topic", lab, "--features-topic", feat,
            "--checkpoint", str(work / "checkpoint"), "--store", str(work / "store.db"),
            "--starting-offsets", "earliest"]
     cmd += ["--mode", "realtime"] if path == "real-time" else ["--available-now"]
