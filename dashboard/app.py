@@ -27,6 +27,7 @@ PAGES = [
     st.Page("views/windows.py", title="Windows", icon=":material/schedule:"),
     st.Page("views/checkpoints.py", title="Checkpoints & state", icon=":material/save:"),
     st.Page("views/fraud.py", title="Fraud", icon=":material/gpp_maybe:"),
+    st.Page("views/model.py", title="Model", icon=":material/model_training:"),
     st.Page("views/controls.py", title="Controls", icon=":material/tune:"),
 ]
 
@@ -36,10 +37,7 @@ s = ui.settings()
 with st.sidebar:
     st.markdown("### :material/credit_card: CardStream")
     st.caption("Live fraud and usage monitoring on Spark and Kafka")
-    if ui.broker_answers(s.kafka_bootstrap):
-        st.success(f"Kafka up · {s.kafka_bootstrap}", icon=":material/check_circle:")
-    else:
-        st.error(f"Kafka broker down · {s.kafka_bootstrap} does not answer", icon=":material/cloud_off:")
+    ui.broker_badge()
     st.caption(f"Store: `{s.store_path}`  \nRefresh every {ui.refresh_seconds():g} s")
 
 page.run()

@@ -513,7 +513,8 @@ def quality(series: pd.DataFrame) -> go.Figure:
                                  line=dict(color=color, width=2), hovertemplate=f"{metric}: %{{y:.1%}}<extra></extra>"))
     fig.update_yaxes(range=[0, 1.05], tickformat=".0%")
     _time_axis(fig, series["time"])
-    return _layout(fig, "Precision and recall against the labels", height=320, y_title="share of transactions")
+    return _layout(fig, "Live precision and recall: the simulator's own patterns", height=320,
+                   y_title="share of transactions")
 
 
 # --- fraud: the two paths -------------------------------------------------------------------------
@@ -546,4 +547,132 @@ def fraud_paths(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
     fig = _layout(fig, "The two paths: what each left undecided, and how fast it decided", height=480)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0), margin=dict(t=60),
                       barmode="group")
+    return fig
+
+
+# --- model ----------------------------------------------------------------------------------------
+
+METRIC_COLORS = {"auc_roc": "#3A6EA5", "average_precision": "#29A19C", "card_precision_at_100": "#E4572E"}
+VERSION_COLORS = ["#5C6B73", "#3A6EA5", "#29A19C", "#F3A712", "#8E6C8A", "#E4572E", "#2E8B57", "#B5651D"]
+
+
+def version_color(version: int) -> str:
+    """The rules grey, each learned version a colour of its own (the same on every model chart)."""
+    return VERSION_COLORS[0] if int(version) == 0 else VERSION_COLORS[1 + (int(version) - 1) % (len(VERSION_COLORS) - 1)]
+
+
+def model_validation(cands: pd.DataFrame, metrics: dict[str, str]) -> go.Figure:
+    """Each version's validation figures per candidate kind it tried (dashboard.data.model.candidates):
+    one panel per metric, a bar per version and kind, the kind it chose outlined."""
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=list(metrics.values()), shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    fig.update_annotations(font=dict(size=12, color="#555"))
+    kinds = list(dict.fromkeys(cands["kind"]))
+    colors = dict(zip(kinds, SERIES[1:] + SERIES[:1]))
+    for i, metric in enumerate(metrics, start=1):
+        part = cands[cands["metric"] == metric]
+        for kind in kinds:
+            mine = part[part["kind"] == kind]
+            fig.add_trace(go.Bar(
+                x=[f"v{v}" for v in mine["version"]], y=mine["value"], name=kind, legendgroup=kind,
+                showlegend=i == 1, marker=dict(color=colors[kind],
+                                               line=dict(color=["#222" if c else "rgba(0,0,0,0)" for c in mine["chosen"]],
+                                                         width=2)),
+                # the chosen kind's figure written above its bar (all of them would overlap)
+                text=[f"✔ {v:.3f}" if c and not pd.isna(v) else "" for v, c in zip(mine["value"], mine["chosen"])],
+                textposition="outside", textfont=dict(size=11), cliponaxis=False,
+                hovertemplate=f"%{{x}} · {kind}: %{{y:.3f}}<extra>{metrics[metric]}</extra>"), row=1, col=i)
+        fig.update_xaxes(type="category", title_text="version", row=1, col=i)
+    fig.update_yaxes(range=[0, 1.12], title_text="on the validation period", row=1, col=1)
+    fig = _layout(fig, "Validation: each kind tried per version (✔ outlined: the one refitted and saved)", height=380)
+    fig.update_layout(barmode="group", hovermode="closest")
+    return _legend_below(fig)
+
+
+def training_windows(models: pd.DataFrame) -> go.Figure:
+    """Per version: its training window, the validation period its kind and threshold were chosen
+    on, and the moment its labels were cut (labels known by then only)."""
+    fig = go.Figure()
+
+    def days(text):  # "2018-07-25..2018-07-31" -> (first day, the day after the last)
+        first, _, last = str(text or "").partition("..")
+        try:
+            return pd.Timestamp(first), pd.Timestamp(last or first) + pd.Timedelta(days=1)
+        except ValueError:
+            return None
+
+    shown = set()
+    for m in models.itertuples():
+        y = f"v{m.version} · {m.kind}"
+        # the training window wide, the validation period's two parts thin over it: the handbook's
+        # validation scores the last days of the training window, so they overlap
+        spans = [("training window", days(f"{m.train_from}..{m.train_to}"), "#29A19C", 18),
+                 ("validation: fitted on", days(m.validation_train), "#B8C7D6", 6),
+                 ("validation: scored on", days(m.validation_test), "#3A6EA5", 6)]
+        for label, span, color, width in spans:
+            if span is None:
+                continue
+            fig.add_trace(go.Scatter(x=list(span), y=[y, y], mode="lines", line=dict(color=color, width=width),
+                                     name=label, legendgroup=label, showlegend=label not in shown,
+                                     hovertemplate=f"{label}: {span[0]:%Y-%m-%d} – "
+                                                   f"{span[1] - pd.Timedelta(days=1):%Y-%m-%d}<extra>{y}</extra>"))
+            shown.add(label)
+        as_of = pd.to_datetime(m.as_of, errors="coerce")
+        if not pd.isna(as_of):
+            fig.add_trace(go.Scatter(x=[as_of], y=[y], mode="markers", name="labels known by",
+                                     legendgroup="as_of", showlegend="as_of" not in shown,
+                                     marker=dict(symbol="line-ns-open", size=22, color=GOAL_COLOR, line=dict(width=3)),
+                                     hovertemplate=f"labels known by {as_of:%Y-%m-%d %H:%M}<extra>{y}</extra>"))
+            shown.add("as_of")
+    fig.update_xaxes(type="date", tickformat="%Y-%m-%d", title_text="event time (UTC days)")
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig = _layout(fig, "Training windows: what each version learned from, and when its labels were cut",
+                  height=max(260, 50 * len(models) + 190))
+    fig.update_layout(hovermode="closest", margin=dict(t=90))
+    return fig
+
+
+def precision_recall(curves: pd.DataFrame, names: dict[int, str]) -> go.Figure:
+    """Precision against recall of "score ≥ threshold" per model version, on the labelled traffic."""
+    fig = go.Figure()
+    for version, part in curves.groupby("model_version", sort=True):
+        fig.add_trace(go.Scatter(x=part["recall"], y=part["precision"], mode="lines", line_shape="hv",
+                                 name=names.get(int(version), f"model {version}"),
+                                 line=dict(color=version_color(version), width=2),
+                                 hovertemplate="recall %{x:.1%} · precision %{y:.1%}<extra></extra>"))
+    fig.update_xaxes(range=[0, 1.02], tickformat=".0%", title_text="recall (frauds flagged)")
+    fig.update_yaxes(range=[0, 1.05], tickformat=".0%", title_text="precision (alarms right)")
+    fig = _layout(fig, "Precision–recall on the traffic labelled so far", height=360)
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def card_precision_days(daily: pd.DataFrame, names: dict[int, str], k: int = 100) -> go.Figure:
+    """The handbook's card precision@k per day and model version (bars), on the labelled traffic."""
+    fig = go.Figure()
+    for version, part in daily.groupby("model_version", sort=True):
+        fig.add_trace(go.Bar(x=part["day"], y=part["precision"], name=names.get(int(version), f"model {version}"),
+                             marker_color=version_color(version),
+                             customdata=np.c_[part["compromised"], part["cards"]],
+                             hovertemplate=(f"%{{x|%Y-%m-%d}}: %{{y:.2f}} (compromised cards in play "
+                                            f"%{{customdata[0]:,}} of %{{customdata[1]:,}})<extra></extra>")))
+    fig.update_xaxes(type="date", tickformat="%Y-%m-%d", dtick=86_400_000, title_text="day of event time (UTC)")
+    fig.update_yaxes(range=[0, 1.05], title_text=f"compromised of the day's top {k} cards")
+    fig = _layout(fig, f"Card precision@{k} per day, on the traffic labelled so far", height=360)
+    fig.update_layout(barmode="group", hovermode="closest")
+    return fig
+
+
+def separation(df: pd.DataFrame) -> go.Figure:
+    """AUC ROC of each score alone on the labelled traffic (0.5: no better than chance)."""
+    part = df.dropna(subset=["auc_roc"])
+    fig = go.Figure(go.Bar(x=part["auc_roc"], y=part["input"], orientation="h", marker_color="#3A6EA5",
+                           text=[f"{v:.3f}" for v in part["auc_roc"]], textposition="outside", cliponaxis=False,
+                           hovertemplate="%{y}: AUC ROC %{x:.3f}<extra></extra>"))
+    fig.add_vline(x=0.5, line=dict(color=TRUTH_COLOR, dash="dot"), annotation_text="chance",
+                  annotation_position="top")
+    fig.update_xaxes(range=[0, 1.1], title_text="AUC ROC of the score alone")
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig = _layout(fig, "How well each score the store holds separates the labelled traffic alone", height=300)
+    fig.update_layout(hovermode="closest")
     return fig

@@ -1,4 +1,5 @@
-"""Streamlit glue shared by the pages: settings, the store guard, the broker probe, the token gate.
+"""Streamlit glue shared by the pages: settings, the store guard, the broker probe and its badge, the
+token gate.
 
 Every page draws through `live(draw)`: it opens a short store connection, calls `draw(db, s)` and
 turns the failures a user can meet (store busy, broker down, no data) into sentences instead of
@@ -54,10 +55,30 @@ def no_data(what: str) -> None:
     st.info(f"No data yet: {what}", icon=":material/hourglass_empty:")
 
 
-@st.cache_data(ttl=3, show_spinner=False)
-def broker_answers(bootstrap: str) -> bool:
-    """Whether Kafka answers (cached a few seconds; `bootstrap` keys the cache)."""
-    return kafka.answers(settings())
+@st.cache_data(ttl=4, show_spinner=False)
+def broker_probe(bootstrap: str) -> kafka.Probe:
+    """What Kafka did when asked (`kafka.probe`: tried again before it says anything but "up");
+    cached a few seconds, `bootstrap` keys the cache."""
+    return kafka.probe(settings())
+
+
+def broker_badge() -> None:
+    """The sidebar's Kafka badge, redrawn on its own every few seconds (a page's fragments rerun
+    without the sidebar, so a badge drawn once at the page's load would stay as it was then): green
+    when a broker answers, amber when one takes connections but does not answer within the probe's
+    timeout (busy or starting), red only when refused or unreachable, each said in words."""
+    @st.fragment(run_every=max(5.0, refresh_seconds()))
+    def _badge():
+        s = settings()
+        found = broker_probe(s.kafka_bootstrap)
+        if found.up:
+            st.success(f"Kafka up · {found.server}", icon=":material/check_circle:")
+        elif found.down:
+            st.error(f"Kafka broker down · {found.server} {found.says()}", icon=":material/cloud_off:")
+        else:
+            st.warning(f"Kafka not answering within {found.timeout_s:g} s · {found.server} {found.says()}",
+                       icon=":material/hourglass_top:")
+    _badge()
 
 
 @st.cache_data(ttl=3, show_spinner=False)
@@ -69,6 +90,13 @@ def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict:
 def rt_latencies(bootstrap: str, topic: str) -> list[tuple[int, int]]:
     """(produced_at, decided_at) of the newest real-time decisions (cached a few seconds)."""
     return kafka.recent_latencies(settings(), topic)
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def recent_labels(bootstrap: str, topic: str) -> list[tuple[str, int]]:
+    """(txn_id, is_fraud) of the newest labels in `topic` (cached half a minute: the Model page's
+    curves need no fresher truth, and the read is the page's costliest)."""
+    return kafka.recent_labels(settings(), topic)
 
 
 def bound_host(s: Settings) -> str | None:

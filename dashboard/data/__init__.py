@@ -7,8 +7,10 @@ keep growing. Every Kafka call goes through `kafka` (built on `infra.kafka_clien
 write is a command, issued by the views through `controlplane.commands.issue`.
 
 - `store`: the short store connection and the frame helpers the others share;
-- `kafka`: the broker probe and end offsets, and `BrokerDown`;
-- `overview`, `guarantees`, `faults`, `windows`, `checkpoints`, `fraud`, `controls`: one per page.
+- `kafka`: the broker probe (what the broker did, in words), end offsets, the newest records of a
+  topic (the real-time decisions, the labels), and `BrokerDown`;
+- `overview`, `guarantees`, `faults`, `windows`, `checkpoints`, `fraud`, `model`, `controls`: one per
+  page; `quality`: the benches' recorded figures (Overview and Fraud).
 
 Sentences shown to a reader are built in the views (`dashboard.views.text`), never here.
 """

@@ -1,33 +1,137 @@
-"""Every Kafka call the dashboard makes: is the broker up, and where do its topics end.
+"""Every Kafka call the dashboard makes: is the broker up (and if not, what it did), where do its
+topics end, and the newest records of a topic.
 
 Built on `infra.kafka_client` (the one connection config: bootstrap, security, SASL, SSL), so the
 dashboard reads a secured cluster the way every other client does. Each call is bounded in time:
 a page must not hang on a broker that does not answer.
+
+The probe (`probe`) tells apart what a user must not confuse: a broker that refuses the connection
+(nothing listens: down), one that takes the connection but sends no answer within the probe's
+timeout (busy or still starting, as while five JVMs start on two cores: not down), a connection
+that is not even made within that time, and a listener that answers but not as a Kafka broker. It
+tries again before it says anything but "up".
 """
 from __future__ import annotations
 
+import json
+import socket
+import time
+from dataclasses import dataclass
+
 from infra import kafka_client
+
+PROBE_TIMEOUT_S = 1.5   # each try's wait for the connection and for the ApiVersions answer
+PROBE_TRIES = 3         # tries before the badge says anything but "up"
+PROBE_PAUSE_S = 0.2     # between two tries
+
+UP, REFUSED, SILENT, NO_CONNECTION, NOT_KAFKA, UNREACHABLE = (
+    "up", "refused", "silent", "no connection", "not kafka", "unreachable")
 
 
 class BrokerDown(RuntimeError):
     """Kafka did not answer in time (the message says so in words)."""
 
 
-def answers(s, timeout_s: float = 0.5) -> bool:
-    """Whether a bootstrap broker (any of them) answers a Kafka ApiVersions request right now."""
+@dataclass(frozen=True)
+class Probe:
+    """What the bootstrap brokers did when asked for their API versions: `state` (UP, REFUSED,
+    SILENT: connection taken, no answer within `timeout_s`; NO_CONNECTION: none made within
+    `timeout_s`; NOT_KAFKA: something answered or hung up, not as a Kafka broker; UNREACHABLE: the
+    address cannot be reached, `detail` says why), the server it is about, the tries made."""
+    state: str
+    server: str
+    timeout_s: float
+    tries: int
+    detail: str = ""
+
+    @property
+    def up(self) -> bool:
+        return self.state == UP
+
+    @property
+    def down(self) -> bool:
+        """Said in red: nothing listens there, or the address cannot be reached at all."""
+        return self.state in (REFUSED, UNREACHABLE)
+
+    def says(self) -> str:
+        """What the broker did, in words, after "Kafka at host:port"."""
+        within = f"within {self.timeout_s:g} s"
+        tries = f"{self.tries} {'try' if self.tries == 1 else 'tries'}"
+        return {
+            UP: "answers",
+            REFUSED: f"refused the connection ({tries}): nothing listens there",
+            SILENT: f"took the connection but sent no answer {within} ({tries}): busy or still starting, not refused",
+            NO_CONNECTION: f"made no connection {within} ({tries}): an overloaded machine, a host that is "
+                           "down, or a network that drops packets",
+            NOT_KAFKA: f"answered, but not as a Kafka broker ({self.detail or 'no ApiVersions answer'}; {tries})",
+            UNREACHABLE: f"cannot be reached ({self.detail}; {tries})",
+        }[self.state]
+
+
+def probe_server(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str, str]:
+    """(state, detail) of one Kafka ApiVersions request to host:port (`infra.kafka_client.api_versions`)
+    and, when it gets no answer, of a plain connection to tell why."""
+    started = time.monotonic()
+    if kafka_client.api_versions(host, port, timeout=timeout_s) is not None:
+        return UP, ""
+    waited = time.monotonic() - started >= timeout_s * 0.95  # the request waited its whole timeout
     try:
-        return kafka_client.answers(s, timeout=timeout_s)
-    except (OSError, ValueError):
-        return False
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except ConnectionRefusedError:
+        return REFUSED, ""
+    except (socket.timeout, TimeoutError):
+        return NO_CONNECTION, ""
+    except socket.gaierror as exc:
+        return UNREACHABLE, f"unknown host: {exc.strerror or exc}"
+    except OSError as exc:
+        return UNREACHABLE, exc.strerror or type(exc).__name__
+    if waited:  # it takes connections and kept the request unanswered for the whole timeout
+        return SILENT, ""
+    return NOT_KAFKA, "it closed the connection, or its answer was not an ApiVersions one"
 
 
+def probe(s, timeout_s: float = PROBE_TIMEOUT_S, tries: int = PROBE_TRIES, pause_s: float = PROBE_PAUSE_S) -> Probe:
+    """Ask the bootstrap brokers until one answers, up to `tries` rounds (a cluster with one broker
+    down still serves every client); when none does, what they did in the last round: the first
+    that is alive (takes connections) if any, else the first."""
+    servers = [x.strip() for x in s.kafka_bootstrap.split(",") if x.strip()]
+    if not servers:
+        return Probe(UNREACHABLE, "(none)", timeout_s, 0, "KAFKA_BOOTSTRAP names no server")
+    for attempt in range(1, tries + 1):
+        said = []
+        for server in servers:
+            host, _, port = server.rpartition(":")
+            try:
+                state, detail = probe_server(host, int(port), timeout_s)
+            except ValueError:
+                state, detail = UNREACHABLE, f"{port!r} is not a port number"
+            if state == UP:
+                return Probe(UP, server, timeout_s, attempt)
+            said.append((server, state, detail))
+        if attempt < tries:
+            time.sleep(pause_s)
+    alive = [x for x in said if x[1] not in (REFUSED, UNREACHABLE)]
+    server, state, detail = (alive or said)[0]
+    return Probe(state, server, timeout_s, tries, detail)
+
+
+def answers(s, timeout_s: float = 0.5) -> bool:
+    """Whether a bootstrap broker (any of them) answers a Kafka ApiVersions request right now (one try)."""
+    return probe(s, timeout_s, tries=1).up
+
+
+def _check(s, timeout_s: float) -> None:
+    """BrokerDown, in words, unless a broker answers (one try of `timeout_s`)."""
+    found = probe(s, timeout_s, tries=1)
+    if not found.up:
+        raise BrokerDown(f"{'broker down' if found.down else 'not answering'}: Kafka at {found.server} {found.says()}")
 def end_offsets(s, topics: list[str], timeout_s: float = 1.5) -> dict[str, dict[int, int]]:
     """{topic: {partition: end offset}} straight from the broker (topics it does not have are left
     out); BrokerDown when it does not answer."""
     from kafka.errors import KafkaError
 
-    if not answers(s, timeout_s):
-        raise BrokerDown(f"broker down: Kafka at {s.kafka_bootstrap} does not answer")
+    _check(s, timeout_s)
     try:
         consumer = kafka_client.consumer(s, client_id="cardstream-dashboard",
                                          request_timeout_ms=int(timeout_s * 1500),
@@ -47,17 +151,15 @@ def end_offsets(s, topics: list[str], timeout_s: float = 1.5) -> dict[str, dict[
         consumer.close()
 
 
-def recent_latencies(s, topic: str, limit: int = 2000, timeout_s: float = 2.0) -> list[tuple[int, int]]:
-    """(produced_at, decided_at) of the newest `limit` decisions in `topic` (spread over its
-    partitions), read from the records' JSON: the real-time path's decisions live only in Kafka
-    (decisions-rt). [] when the topic holds none; BrokerDown when the broker does not answer."""
-    import json
-
+def newest_records(s, topic: str, parse, limit: int = 2000, timeout_s: float = 2.0) -> list:
+    """parse(record) of the newest `limit` records of `topic` (spread over its partitions; the read
+    stops `timeout_s` after the last record came, or 3 × `timeout_s` after it began); records
+    `parse` turns into None, or fails on with TypeError, ValueError or KeyError, are left out. []
+    when the topic holds none; BrokerDown when the broker does not answer."""
     from kafka import TopicPartition
     from kafka.errors import KafkaError
 
-    if not answers(s, timeout_s / 2):
-        raise BrokerDown(f"broker down: Kafka at {s.kafka_bootstrap} does not answer")
+    _check(s, timeout_s / 2)
     try:
         c = kafka_client.consumer(s, client_id="cardstream-dashboard", request_timeout_ms=int(timeout_s * 1500),
                                   bootstrap_timeout_ms=int(timeout_s * 1000), consumer_timeout_ms=int(timeout_s * 1000))
@@ -77,19 +179,44 @@ def recent_latencies(s, topic: str, limit: int = 2000, timeout_s: float = 2.0) -
                 c.seek(tp, max(starts[tp], ends[tp] - each))
                 todo[tp] = ends[tp]
         out = []
+        deadline = time.monotonic() + 3 * timeout_s
         for record in c:   # stops after consumer_timeout_ms without a record
             try:
-                value = json.loads(record.value)
-                out.append((int(value["produced_at"]), int(value["decided_at"])))
+                value = parse(record)
             except (TypeError, ValueError, KeyError):
-                pass
+                value = None
+            if value is not None:
+                out.append(value)
             tp = TopicPartition(record.topic, record.partition)
             if tp in todo and record.offset + 1 >= todo[tp]:
                 del todo[tp]
-            if not todo:
+            if not todo or time.monotonic() > deadline:
                 break
         return out
     except KafkaError as exc:
         raise BrokerDown(f"broker down: {exc}") from None
     finally:
         c.close()
+
+
+def recent_latencies(s, topic: str, limit: int = 2000, timeout_s: float = 2.0) -> list[tuple[int, int]]:
+    """(produced_at, decided_at) of the newest `limit` decisions in `topic`, read from the records'
+    JSON: the real-time path's decisions live only in Kafka (decisions-rt)."""
+    def parse(record):
+        value = json.loads(record.value)
+        return int(value["produced_at"]), int(value["decided_at"])
+
+    return newest_records(s, topic, parse, limit, timeout_s)
+
+
+def recent_labels(s, topic: str, limit: int = 20_000, timeout_s: float = 3.0) -> list[tuple[str, int]]:
+    """(txn_id, is_fraud 0/1) of the newest `limit` labels in `topic` (the simulator's ground truth,
+    or a replayed history's, each in Kafka once it is known); the labels of malformed inputs
+    (pattern "bad:<kind>": never decided) are left out."""
+    def parse(record):
+        value = json.loads(record.value)
+        if str(value.get("pattern", "")).startswith("bad:") or value.get("is_fraud") is None:
+            return None
+        return str(value["txn_id"]), int(bool(value["is_fraud"]))
+
+    return newest_records(s, topic, parse, limit, timeout_s)

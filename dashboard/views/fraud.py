@@ -1,28 +1,37 @@
-"""Fraud: the two paths (real-time and stateful) and what the real-time guarantee just did; what the
-detector flagged, why (each analyzer's score), and how right and complete it is."""
+"""Fraud: how good the detector is on data it was not tuned on (the benches' handbook and
+evaluation-set runs, as the headline), the live figures on the simulator's own patterns (labelled as
+the consistency check they are), the two paths (real-time and stateful) and what the real-time
+guarantee just did; what the detector flagged and why (each analyzer's score)."""
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, fmt, measured, ui
 from dashboard.data import fraud as data
+from dashboard.data import quality
 from dashboard.data.store import now_ms, to_time
 from dashboard.views import text
 
 st.title("Fraud")
-st.caption("Three analyzers score every transaction; the aggregator combines them into one decision. "
-           "Precision and recall come from the auditor, against the simulator's labels. Times are UTC.")
+st.caption("Three analyzers score every transaction; the aggregator (the rules, or a learned model: see Model) "
+           "combines them into one decision. Times are UTC.")
 
 
 def draw(db, s):
     now = now_ms()
+    headline(db)
+    st.subheader("Live, on the simulator's own patterns")
+    st.caption(text.LIVE_IS_A_CHECK)
     q = data.quality(db)
     cols = st.columns(4)
     audited = q["ts"] is not None
     why = "Empty: the auditor has not compared decisions with the labels yet."
-    cols[0].metric("Precision", fmt.percent(q["precision"]), border=True,
-                   help="Flagged transactions that really are fraud (labels)." if q["precision"] is not None else why)
-    cols[1].metric("Recall", fmt.percent(q["recall"]), border=True,
-                   help="Fraudulent transactions (labels) that were flagged." if q["recall"] is not None else why)
+    check = " On the simulator's own patterns: a consistency check, not the detector's quality."
+    cols[0].metric("Live precision", fmt.percent(q["precision"]), border=True,
+                   help="Flagged transactions that really are fraud (labels)." + check
+                   if q["precision"] is not None else why)
+    cols[1].metric("Live recall", fmt.percent(q["recall"]), border=True,
+                   help="Fraudulent transactions (labels) that were flagged." + check
+                   if q["recall"] is not None else why)
     cols[2].metric("Decided", fmt.count(q["decided"]), border=True, delta_arrow="off", delta_color="gray",
                    delta=None if q["truth"] is None else text.versus_truth(q["decided"], q["truth"]),
                    help="Decisions in the store up to the fraud job's committed batch, against the valid "
@@ -68,20 +77,23 @@ def paths(db, now):
     guarantee = runs["guarantee"].iloc[0] if not runs.empty else None
     gaps = data.rt_gaps(db, now)
     st.markdown(text.rt_guarantee_story(gaps[0] if gaps else None, totals, guarantee))
-    cols = st.columns(6)
-    for i, path in enumerate(data.PATHS):
+    # a row per path, its name beside three tiles with short labels: six tiles in one row cut their
+    # labels ("Real-time: d…", issue 36 item 7)
+    for path in data.PATHS:
         t = totals.get(path)
-        what = ("decisions-rt, " + (guarantee or "its guarantee unknown")) if path == "real-time" else \
-            "decisions, exactly once"
-        cols[3 * i].metric(f"{path.capitalize()}: decided", fmt.count(t["decided"]) if t else fmt.NONE, border=True,
-                           help=f"Distinct transactions of the last 30 minutes the {path} path decided ({what}).")
-        cols[3 * i + 1].metric(f"{path.capitalize()}: undecided", fmt.count(t["undecided"]) if t else fmt.NONE,
-                               border=True, help="Transactions with no decision "
-                                                 f"{fmt.decimal(ui.settings().fraud_undecided_after_seconds)} s "
-                                                 "after they arrived (FRAUD_UNDECIDED_AFTER_SECONDS).")
-        cols[3 * i + 2].metric(f"{path.capitalize()}: p99", fmt.duration_ms(t["p99_ms"]) if t else fmt.NONE,
-                               border=True, help="Latency p99 of the newest settled 5 s of arrivals: the decision's "
-                                                 "Kafka append time minus the transaction's.")
+        what = f"`decisions-rt`, {guarantee or 'its guarantee unknown'}" if path == "real-time" else \
+            "`decisions`, exactly once"
+        cols = st.columns([1.4, 1, 1, 1], vertical_alignment="center")
+        cols[0].markdown(f"**{path.capitalize()} path**  \n{what}")
+        cols[1].metric("Decided", fmt.count(t["decided"]) if t else fmt.NONE, border=True,
+                       help=f"Distinct transactions of the last 30 minutes the {path} path decided.")
+        cols[2].metric("Undecided", fmt.count(t["undecided"]) if t else fmt.NONE,
+                       border=True, help=f"Transactions the {path} path had not decided "
+                                         f"{fmt.decimal(ui.settings().fraud_undecided_after_seconds)} s "
+                                         "after they arrived (FRAUD_UNDECIDED_AFTER_SECONDS).")
+        cols[3].metric("Latency p99", fmt.duration_ms(t["p99_ms"]) if t else fmt.NONE,
+                       border=True, help=f"The {path} path's latency p99 over the newest settled 5 s of arrivals: "
+                                         "the decision's Kafka append time minus the transaction's.")
     fast = totals.get("real-time") or {}
     st.markdown(text.confirmed_alerts(fast.get("alerts"), fast.get("confirmed")))
     if series.empty:
@@ -100,6 +112,35 @@ def paths(db, now):
                                     "filled_by_accurate": st.column_config.NumberColumn("filled by accurate"),
                                     "accurate_max_ms": st.column_config.NumberColumn("accurate, at most",
                                                                                      format="%d ms")})
+
+
+def headline(db):
+    """The detector's quality on data it was not tuned on: the newest `bench handbook` run (per
+    aggregator) and the newest `bench quality` run (the evaluation set), each with what it ran on."""
+    st.subheader("Quality on data the detector was not tuned on")
+    rows, run = quality.latest_handbook(db)
+    if run is None:
+        st.info(text.NO_HANDBOOK_RUN, icon=":material/science:")
+    else:
+        for r in rows.itertuples():
+            cols = st.columns([1.4, 1, 1, 1], vertical_alignment="center")
+            cols[0].markdown(f"**{r.model}**  \nthe handbook's test week")
+            for col, (key, label) in zip(cols[1:], quality.HANDBOOK_METRICS.items()):
+                col.metric(label, fmt.decimal(getattr(r, key), 3), border=True,
+                           help=f"{label} on the test week, after the handbook's exclusions "
+                                f"(its best published: {text.HANDBOOK_BEST}).")
+        st.caption(text.handbook_run(run, rows))
+    ev = quality.evaluation_headline(db)
+    if ev is None:
+        ui.no_data("the evaluation set has not been measured yet — run `python -m bench quality --json`.")
+        return
+    cols = st.columns([1.4, 1, 1, 1], vertical_alignment="center")
+    cols[0].markdown("**The evaluation set**  \nthe project's own, all fraud patterns")
+    for col, (key, label) in zip(cols[1:], (("average_precision", "Average precision"), ("precision", "Precision"),
+                                            ("recall", "Recall"))):
+        value = ev[key]
+        col.metric(label, fmt.decimal(value, 3) if key == "average_precision" else fmt.percent(value), border=True)
+    st.caption(text.evaluation_run(ev))
 
 
 ui.live(draw)

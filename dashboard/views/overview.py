@@ -138,9 +138,10 @@ def draw_lag(db, s):
     if not last:
         ui.no_data("no query has finished a batch, so there is no lag to measure.")
         return
-    if not ui.broker_answers(s.kafka_bootstrap):
-        st.warning(f"Kafka broker down: {s.kafka_bootstrap} does not answer, so the lag is unknown. "
-                   "Where each query's last batch got to:", icon=":material/cloud_off:")
+    found = ui.broker_probe(s.kafka_bootstrap)
+    if not found.up:
+        st.warning(f"Kafka {'broker down' if found.down else 'not answering'}: {found.server} {found.says()}, "
+                   "so the lag is unknown. Where each query's last batch got to:", icon=":material/cloud_off:")
         lag = data.consumer_lag(None, last)
         st.dataframe(lag[["query", "topic", "processed", "last_batch"]], hide_index=True, width="stretch",
                      column_config={"processed": st.column_config.NumberColumn("last batch end (records)", format="localized"),

@@ -32,6 +32,7 @@ import random
 import shutil
 import sqlite3
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import numpy as np
@@ -275,8 +276,10 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
             "amount_cents": 1_000 + (i * 7) % 9_000 + (250_000 if stream.labelled[i] else 0),
             "event_time": t - (LATE_BY_MS if stream.late[i] else 40), "produced_at": int(t - latency),
             "decided_at": t, **dict(zip(SCORES, scores)), "score": sum(scores) / 3, "is_fraud": int(fraud),
-            "is_late": int(stream.late[i]), "batch_id": (t - t0) // FRAUD_TRIGGER_MS})
+            "is_late": int(stream.late[i]), "batch_id": (t - t0) // FRAUD_TRIGGER_MS, "model_version": 0})
     db["decisions"].insert_all(decisions, alter=False)
+    # the fraud job records the aggregator it decides with at its start (no model trained: the rules)
+    db["model_use"].insert({"job": "fraud", "version": 0, "why": None, "since": t0 - 25_000, "epoch": 1}, alter=False)
 
     # Spark's progress, posted after each commit (a batch cut short by the crash posts nothing)
     progress = []
@@ -705,3 +708,120 @@ def seed_first_minute(db, now: int, phase: str) -> FirstMinute:
     progress[0]["duration_ms"] = first_done + 10 - first_started
     db["batch_progress"].insert_all(progress, alter=False)
     return FirstMinute(now, phase, sim_started, lease_at, first_started, warm, len(decisions) - warm)
+
+
+# --- learned models, the benches' quality runs, and the labels, for the Model and Fraud pages ------
+
+def simulator_labels(seeded: Seeded) -> list[tuple[str, int]]:
+    """The labels the simulator sent for the seeded stream (topic `labels`: one per transaction,
+    fraud for one in 40), as (txn_id, is_fraud): what `dashboard.data.kafka.recent_labels` reads."""
+    stream = Stream(seeded.now - DURATION_MS, seeded.now)
+    return [(f"txn-{i:06d}", int(stream.labelled[i])) for i in range(stream.n)]
+
+
+def label_records(seeded: Seeded) -> list[dict]:
+    """The same labels as the simulator writes them to Kafka (infra.contracts.LABEL_FIELDS)."""
+    return [{"txn_id": txn, "is_fraud": bool(fraud), "pattern": "spend-spike" if fraud else "normal",
+             "is_late": False} for txn, fraud in simulator_labels(seeded)]
+
+
+def _store_path(db) -> Path:
+    return Path(next(r[2] for r in db.conn.execute("PRAGMA database_list") if r[1] == "main"))
+
+
+def _tried(kind: str, params: dict, auc: float, ap: float, cp: float, threshold: float, fit_s: float) -> dict:
+    """One candidate as train.train records it in `candidates` (and the chosen one in `validation`)."""
+    return {"kind": kind, "params": params, "fit_s": fit_s, "auc_roc": auc, "average_precision": ap,
+            "card_precision_at_100": cp, "threshold": threshold}
+
+
+MODEL_RUNS = [  # (training window, the candidates' validation figures); the best average precision wins
+    (("2018-07-25", "2018-07-31"), [_tried("logistic-regression", {"regParam": 1e-4}, 0.861, 0.588, 0.271, 0.2412, 6.1),
+                                    _tried("random-forest", {"numTrees": 100, "maxDepth": 8}, 0.868, 0.652, 0.283, 0.3377, 21.4),
+                                    _tried("gradient-boosted-trees", {"maxIter": 50, "maxDepth": 4, "stepSize": 0.1},
+                                           0.866, 0.641, 0.279, 0.3021, 34.9)]),
+    (("2018-07-04", "2018-07-31"), [_tried("logistic-regression", {"regParam": 1e-4}, 0.872, 0.611, 0.286, 0.2268, 9.8),
+                                    _tried("random-forest", {"numTrees": 100, "maxDepth": 8}, 0.879, 0.689, 0.296, 0.3190, 48.0),
+                                    _tried("gradient-boosted-trees", {"maxIter": 50, "maxDepth": 4, "stepSize": 0.1},
+                                           0.884, 0.731, 0.301, 0.2875, 71.2)]),
+]
+
+
+def seed_models(db, now: int, fallback: bool = False, delay_days: int = 7) -> list[int]:
+    """Two versions as `python -m pipelines.fraud.train` saves them (`models.register` with train.py's
+    row: the validation period from the protocol, every candidate tried, the MLlib folder's path), and
+    the fraud job's `model_use` at its start with the newest: model 2 from 2 minutes before `now`, its
+    decisions since then carrying version 2; or, with `fallback`, model 2's folder could not be loaded
+    and the job decides with the rules, saying why (`models.load`'s sentence). Their numbers."""
+    # deferred: the protocol and the models registry only where a test seeds models
+    from pipelines.fraud import handbook, models
+
+    folder = models.models_dir(_store_path(db).parent)
+    out = []
+    for k, ((start, end), tried) in enumerate(MODEL_RUNS):
+        first, last = dt.date.fromisoformat(start), dt.date.fromisoformat(end)
+        days = (last - first).days + 1
+        validation = handbook.Protocol(first, days, delay_days, min(days, 7)).validation()
+        best = max(tried, key=lambda t: t["average_precision"])
+        as_of = dt.datetime.combine(last + dt.timedelta(days=1 + delay_days), dt.time())
+        row = {"kind": best["kind"], "params": json.dumps(best["params"]), "features": json.dumps(list(models.MODEL_FEATURES)),
+               "train_from": start, "train_to": end, "as_of": as_of.isoformat(), "threshold": best["threshold"],
+               "validation": json.dumps({**validation.describe(), **best}), "candidates": json.dumps(tried),
+               "train_rows": 58_000 * days // 7, "train_frauds": 420 * days // 7, "fit_s": best["fit_s"],
+               "created_at": now - 3_600_000 * (len(MODEL_RUNS) - k), "path": ""}
+        version = models.register(db, row)
+        with db.conn:
+            db.execute("UPDATE models SET path = ? WHERE version = ?", [str(folder / f"v{version}"), version])
+        out.append(version)
+    newest = out[-1]
+    since = now - 120_000
+    if fallback:
+        use = {"version": 0, "why": f"model {newest} could not be loaded from {folder / f'v{newest}'} "
+                                    f"([PATH_NOT_FOUND] Path does not exist: file:{folder / f'v{newest}'}/metadata.); "
+                                    "deciding with the rules (model 0)"}
+    else:
+        use = {"version": newest, "why": None}
+        with db.conn:
+            db.execute("UPDATE decisions SET model_version = ? WHERE decided_at >= ?", [newest, since])
+    with db.conn:
+        db.execute("INSERT INTO model_use (job, version, why, since, epoch) VALUES ('fraud', ?, ?, ?, 2) "
+                   "ON CONFLICT(job) DO UPDATE SET version = excluded.version, why = excluded.why, "
+                   "since = excluded.since, epoch = excluded.epoch", [use["version"], use["why"], since])
+    return out
+
+
+HANDBOOK_FIGURES = {  # per aggregator: auc_roc, average_precision, card_precision_at_100, per day
+    "rules": (0.791, 0.402, 0.231, [0.26, 0.24, 0.22, 0.25, 0.21, 0.23, 0.21]),
+    "learned": (0.883, 0.727, 0.304, [0.33, 0.31, 0.30, 0.31, 0.29, 0.30, 0.29]),
+}
+
+
+def seed_bench_runs(db, version: int | None = None) -> None:
+    """A `bench handbook` run (rules, and the learned model `version` unless None) and a `bench
+    quality` run, recorded by the benches' own `record` functions into this store."""
+    # deferred: the benches load Kafka and Spark helpers only where a test records their runs
+    from bench import handbook as bench_handbook
+    from bench import quality as bench_quality
+    from infra.config import load
+    from pipelines.fraud.handbook import Protocol
+
+    s = dataclasses_replace(load(), store_path=_store_path(db))
+    result = {}
+    for key, (auc, ap, cp, per_day) in HANDBOOK_FIGURES.items():
+        if key == "learned" and version is None:
+            continue
+        result[key] = {"model": "rules (model 0)" if key == "rules" else f"gradient-boosted-trees (model {version})",
+                       "auc_roc": auc, "average_precision": ap, "card_precision_at_100": cp,
+                       "card_precision_at_100_per_day": per_day, "test_transactions": 58_264, "test_frauds": 385,
+                       "per_scenario": {1: {"frauds": 98, "average_precision": 0.99}, 2: {"frauds": 120},
+                                        3: {"frauds": 167}}}
+        if key == "learned":
+            result[key]["training"] = {"version": version}
+    bench_handbook.record(s, "hb0001", result, Protocol())
+    figures = {"card-testing": {"kind": "fraud", "transactions": 120, "flagged": 9, "precision": 0.5, "recall": 0.075,
+                                "average_precision": 0.11, "flagged_share": 0.075},
+               "large-purchase": {"kind": "legitimate", "transactions": 900, "flagged": 41, "precision": None,
+                                  "recall": None, "average_precision": None, "flagged_share": 0.046},
+               "all": {"kind": "all", "transactions": 610, "flagged": 92, "precision": 0.483, "recall": 0.151,
+                       "average_precision": 0.162, "flagged_share": 0.151}}
+    bench_quality.record(s, "q0001", 20240614, 0.7, figures)

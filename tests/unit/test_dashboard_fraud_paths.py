@@ -75,7 +75,11 @@ def test_the_fraud_page_shows_both_paths_and_the_crash(guarantee, db_path, dead_
     at = open_page("fraud")
     assert_clean(at, "fraud")
     shown = text_of(at)
-    assert "Two paths" in shown and "Real-time: undecided" in shown and "Stateful: p99" in shown
+    assert "Two paths" in shown and "**Real-time path**" in shown and "**Stateful path**" in shown
+    # a row of three tiles per path, their labels short enough to show whole (issue 36 item 7)
+    labels = [m.label for m in at.metric]
+    rows = [labels[i:i + 3] for i, label in enumerate(labels) if label == "Decided" and labels[i + 1] == "Undecided"]
+    assert rows == [["Decided", "Undecided", "Latency p99"]] * 2
     said = "at-most-once skipped 240 transactions" if guarantee == "at-most-once" else "at-least-once replayed 7,200"
     assert said in shown
     assert fmt.count(seeded.totals["real-time"]["decided"]) in shown

@@ -19,10 +19,10 @@ from dashboard import fmt
 from tests.harness.dashboard_seed import FAULT_BATCH, seed_store
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
-PAGES = ["overview", "guarantees", "faults", "windows", "checkpoints", "fraud", "controls"]
+PAGES = ["overview", "guarantees", "faults", "windows", "checkpoints", "fraud", "model", "controls"]
 TITLES = {"overview": "Overview", "guarantees": "Delivery guarantees", "faults": "Faults",
           "windows": "Event-time windows", "checkpoints": "Checkpoints & state", "fraud": "Fraud",
-          "controls": "Controls"}
+          "model": "Model", "controls": "Controls"}
 
 
 def closed_port() -> int:
@@ -75,7 +75,8 @@ def text_of(at: AppTest) -> str:
     parts += [f"{m.label} {m.value} {m.delta or ''}" for m in at.metric]
     parts += [e.value.to_string() for e in at.dataframe]
     parts += [b.label for b in at.button]
-    parts += [e.value for e in at.sidebar.success] + [e.value for e in at.sidebar.error]
+    parts += [e.value for e in at.sidebar.success] + [e.value for e in at.sidebar.warning]
+    parts += [e.value for e in at.sidebar.error]
     return "\n".join(str(p) for p in parts)
 
 
@@ -85,6 +86,7 @@ def assert_clean(at: AppTest, name: str):
     assert not [e for e in at.error if "could not be drawn" in e.value], [e.value for e in at.error]
     for m in at.metric:  # figures that fit: no cut value, no "nan"/"None", no ".0" on a count
         assert "…" not in m.value and m.value not in ("nan", "None") and not m.value.endswith(".0"), (m.label, m.value)
+        assert "…" not in m.label and len(m.label) <= 24, m.label  # a label a tile of a third of the page shows whole
 
 
 def plotly_count(at: AppTest) -> int:
@@ -109,12 +111,16 @@ def expected(name: str, s) -> list[str]:
         "checkpoints": ["usage-exactly-once", "Where each checkpoint stands", "running (not committed yet)",
                         "applied, applied", "applied, skipped", "killed by crash", "Batch history"],
         "fraud": [fmt.percent(s.fraud["precision"]), fmt.percent(s.fraud["recall"]), "Recently flagged",
-                  f"= truth {fmt.count(s.fraud['truth'])}"],
+                  f"= truth {fmt.count(s.fraud['truth'])}", "Live precision", "a consistency check, not the "
+                  "detector's quality", "No handbook run yet", "python -m bench handbook --json"],
+        "model": ["No learned model yet: the rules decide (model 0)", "Deciding with", "rules",
+                  "its labels live only in Kafka (`labels`)", "Not measured here yet"],
         "controls": ["Set rate", "Pause", "Resume", "rate 40/s", "40 tx/s"],
     }[name]
 
 
-MIN_CHARTS = {"overview": 2, "guarantees": 3, "faults": 1, "windows": 2, "checkpoints": 3, "fraud": 2, "controls": 0}
+MIN_CHARTS = {"overview": 2, "guarantees": 3, "faults": 1, "windows": 2, "checkpoints": 3, "fraud": 2, "model": 0,
+              "controls": 0}
 
 
 @pytest.mark.parametrize("name", PAGES)
