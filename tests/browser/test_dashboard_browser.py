@@ -1,12 +1,16 @@
 """The dashboard in a real browser: `streamlit run` on a free port against a seeded store (and its
-checkpoint folders), Debian's Chromium driven by Playwright. Opens every page, checks its key
-figures and, with the check the live walk uses too (tests/harness/browser.py), that no figure is cut,
-"nan", "None" or a count with ".0" and no chart is empty without a sentence; presses the crash button,
+checkpoint folders, two trained model versions, the benches' handbook and evaluation-set runs, and the
+simulator's labels in Kafka), Debian's Chromium driven by Playwright. Opens every page, checks its key
+figures and, with the check the live walk uses too (tests/harness/browser.py), that no figure or tile
+label is cut, "nan", "None" or a count with ".0", no chart is empty without a sentence and the sidebar's
+Kafka badge is not red while the broker runs; presses the crash button,
 sees the command recorded and marked on the guarantees chart. The first-minute and guarantees
 screenshots go to docs/screenshots/; the README's page screenshots come from the live walk of make
 demo's stack (tests/e2e/test_standby.py), this walk's pages only to the test's own folder.
 """
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -15,13 +19,19 @@ from controlplane.store import connect
 from dashboard import fmt
 from infra import kafka_client
 from infra.config import load
-from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, streamlit
-from tests.harness.dashboard_seed import FAULT_BATCH, seed_first_minute, seed_store
+from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, kafka_badge, streamlit
+from tests.harness.dashboard_seed import (FAULT_BATCH, label_records, seed_bench_runs, seed_first_minute, seed_models,
+                                          seed_store, simulator_labels)
+
+# the seeded walk's pages: the live walk's (PAGES) and the Model page, which tests/e2e/test_standby.py's
+# LIVE does not list yet
+WALK = {**PAGES, "model": "model"}
 
 
 def pages(s) -> dict[str, list[str]]:
     """url path -> texts that must appear on it, from the seeded figures."""
     alo, eo = s.final["at-least-once"], s.final["exactly-once"]
+    labels = simulator_labels(s)
     return {
         "": ["Tx in /s", "Latency p99", "within 20 ms", "Kafka up", "Consumer lag", "Each command is a diamond",
              "of the Spark processes link theirs", "Real-time path: none"],
@@ -32,18 +42,27 @@ def pages(s) -> dict[str, list[str]]:
         "windows": ["Late events", "Watermarks", "Tumbling", "DEDUPE_SECONDS"],
         "checkpoints": ["Where each checkpoint stands", "Batches run again after a restart", "Batch history",
                         "Per query", "the watermark trails the newest event by 30.0 s"],
-        "fraud": [fmt.percent(s.fraud["precision"]), fmt.percent(s.fraud["recall"]), "Recently flagged"],
+        "fraud": [fmt.percent(s.fraud["precision"]), fmt.percent(s.fraud["recall"]), "Recently flagged",
+                  "Quality on data the detector was not tuned on", "Card precision@100",
+                  "a consistency check, not the detector's quality", "Real-time path", "Undecided"],
+        # the labels read back from Kafka and joined with the store's decisions: every seeded one
+        "model": ["Deciding with", "model 2", f"The newest {fmt.count(len(labels))} labels",
+                  f"{fmt.count(len(labels))} decided, {fmt.count(sum(f for _, f in labels))} of them frauds",
+                  "Not measured here yet"],
         "controls": ["Set rate", "Pause", "rate 40/s"],
     }
 
 
-def fill(topics: dict[str, str], ends: dict[str, dict[int, int]]) -> None:
-    """Put exactly the seeded end offsets into fresh topics, so the lag on the page is real."""
+def fill(topics: dict[str, str], ends: dict[str, dict[int, int]], labels: list[dict]) -> None:
+    """Put exactly the seeded end offsets into fresh topics, so the lag on the page is real, and the
+    simulator's labels of the seeded transactions into the labels topic (keyed by txn_id)."""
     producer = kafka_client.producer(load(), linger_ms=20, batch_size=256_000)
     for name, parts in ends.items():
         for partition, count in parts.items():
             for _ in range(count):
                 producer.send(topics[name], b"{}", partition=partition)
+    for label in labels:
+        producer.send(topics["labels"], json.dumps(label).encode(), key=label["txn_id"].encode())
     producer.flush()
     producer.close()
 
@@ -52,14 +71,18 @@ def fill(topics: dict[str, str], ends: dict[str, dict[int, int]]) -> None:
 def dashboard(tmp_path, kafka, topic, monkeypatch):
     """A real `streamlit run dashboard/app.py` on a free port, reading a seeded store."""
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka)
-    topics = {"transactions": topic("transactions", partitions=2), "decisions": topic("decisions", partitions=2)}
+    topics = {"transactions": topic("transactions", partitions=2), "decisions": topic("decisions", partitions=2),
+              "labels": topic("labels", partitions=2)}
     db_path = tmp_path / "browser.db"
     db = connect(db_path)
     # a little ahead of the clock, so "the last 10 s" still holds decisions when the pages open
     seeded = seed_store(db, now_ms() + 20_000, topics, checkpoint_root=tmp_path / "checkpoints")
+    versions = seed_models(db, seeded.now)  # two versions trained, the job on the newest for 2 minutes
+    seed_bench_runs(db, versions[-1])
     db.conn.close()
-    fill(topics, seeded.topic_end)
-    env = {"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "CHECKPOINT_ROOT": str(tmp_path / "checkpoints")}
+    fill(topics, seeded.topic_end, label_records(seeded))
+    env = {"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
+           "TOPIC_LABELS": topics["labels"]}
     with streamlit(env, tmp_path / "streamlit.log") as base:
         yield base, db_path, seeded
 
@@ -69,7 +92,7 @@ def test_every_page_in_chromium(dashboard, tmp_path):
     SHOTS.mkdir(parents=True, exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        for path in PAGES:
+        for path in WALK:
             texts = pages(seeded)[path]
             page.goto(f"{base}/{path}")
             for text in texts:
@@ -77,7 +100,10 @@ def test_every_page_in_chromium(dashboard, tmp_path):
             if path != "controls":
                 page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1500)  # let Plotly finish drawing
-            check_and_shoot(page, path or "overview", tmp_path / f"seeded-{PAGES[path]}.png")
+            if path == "model":  # the labelled traffic's curves too, once the labels are read from Kafka
+                page.locator(".js-plotly-plot").nth(4).wait_for(timeout=30_000)
+                page.wait_for_timeout(1500)
+            check_and_shoot(page, path or "overview", tmp_path / f"seeded-{WALK[path]}.png")
 
         page.goto(f"{base}/faults")
         page.locator(".st-key-job_crash button[aria-label=Open]").click()
@@ -141,4 +167,7 @@ def test_first_minute_in_chromium(tmp_path, kafka, phase, texts):
             latencies = [v for v in values if v.strip().endswith(" ms")]
             assert len(latencies) == 3 and all(float(v.split()[0]) <= 20 for v in latencies), values
         page.wait_for_timeout(1500)
+        # the badge too (issue 36 item 8): the broker runs, so it names it and is not red
+        badge = kafka_badge(page)
+        assert badge is not None and badge[0] != "error" and kafka in badge[1], badge
         check_and_shoot(page, f"overview ({phase})", SHOTS / f"overview-{phase}.png", tmp_path)

@@ -109,9 +109,12 @@ CHARTS_JS = """els => els.map(el => {
 
 
 def page_defects(page) -> list[str]:
-    """Every defect of the page as drawn now: cut or missing figures, "nan"/"None", counts with
-    ".0", empty charts without a sentence. Empty when the page is fine."""
+    """Every defect of the page as drawn now: cut or missing figures, cut tile labels, "nan"/"None",
+    counts with ".0", empty charts without a sentence. Empty when the page is fine."""
     found = []
+    for m in page.locator("[data-testid=stMetricLabel]").evaluate_all(METRICS_JS):
+        if m["cut"] or m["text"].endswith("…"):  # "Real-time: d…" (issue 36 item 7)
+            found.append(f"label cut short: {m['text']!r}")
     for m in page.locator("[data-testid=stMetricValue]").evaluate_all(METRICS_JS):
         v = m["text"]
         if m["cut"] or "…" in v:
@@ -132,6 +135,31 @@ def page_defects(page) -> list[str]:
     return found
 
 
+# The sidebar's Kafka badge: which Streamlit alert it is (stAlertContentSuccess, -Warning, -Error) and its text.
+BADGE_JS = """() => [...document.querySelectorAll('[data-testid=stSidebar] [data-testid=stAlertContainer]')]
+    .map(el => ({kind: (el.querySelector('[data-testid^=stAlertContent]') || el).getAttribute('data-testid'),
+                 text: (el.querySelector('[data-testid=stMarkdownContainer]') || el).innerText.trim()}))
+    .filter(b => b.text.startsWith('Kafka'))"""
+
+
+def kafka_badge(page) -> tuple[str, str] | None:
+    """("success" | "warning" | "error", its text) of the sidebar's Kafka badge; None when not drawn."""
+    badges = page.evaluate(BADGE_JS)
+    if not badges:
+        return None
+    return badges[0]["kind"].removeprefix("stAlertContent").lower(), badges[0]["text"]
+
+
+def badge_defects(page) -> list[str]:
+    """With a broker running: the badge must be there and not red. Red is for a broker that refused
+    the connection; one slow to answer (five JVMs starting on two cores) is said in amber
+    (issue 36 item 8)."""
+    badge = kafka_badge(page)
+    if badge is None:
+        return ["no Kafka badge in the sidebar"]
+    return [f"Kafka badge red while the broker runs: {badge[1]!r}"] if badge[0] == "error" else []
+
+
 def tall(page) -> None:
     """The viewport as tall as the page, so Plotly draws every chart (it leaves those out of view)."""
     height = page.evaluate("""() => {
@@ -141,8 +169,9 @@ def tall(page) -> None:
     page.wait_for_timeout(1200)  # Plotly redraws at the new size
 
 
-def check_and_shoot(page, where: str, path: Path, failed_dir: Path | None = None) -> None:
-    """The whole page drawn (`tall`), checked (`page_defects`), and its screenshot saved to `path`;
+def check_and_shoot(page, where: str, path: Path, failed_dir: Path | None = None, broker_running: bool = True) -> None:
+    """The whole page drawn (`tall`), checked (`page_defects`, and with `broker_running` the sidebar's
+    Kafka badge, `badge_defects`), and its screenshot saved to `path`;
     a page that fails the check is saved to `failed_dir` instead (never over a good screenshot). A
     chart not drawn is looked at again three times, 1.5 s apart, before it counts: the live demo's
     pages rerun every 2 s and redraw their charts."""
@@ -154,6 +183,8 @@ def check_and_shoot(page, where: str, path: Path, failed_dir: Path | None = None
                 break
             page.wait_for_timeout(1500)
             defects = page_defects(page)
+        if broker_running:
+            defects += badge_defects(page)
         target = path if not defects or failed_dir is None else failed_dir / f"failed-{path.name}"
         target.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(target), full_page=True)
