@@ -42,7 +42,7 @@ from pipelines.fraud import models
 from pipelines.fraud.features import labels_frame, with_history
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
-from pipelines.fraud.sinks import Sinks, scored_table
+from pipelines.fraud.sinks import Sinks, scored_table, with_payloads
 from pipelines.fraud.state import SCORED_DDL, STATE_LAYOUTS
 from pipelines.hooks import Faults
 
@@ -168,7 +168,7 @@ def score(source, s: Settings, threshold: float, labels=None, model=None):
                      "produced_at", "offset"))
     history = with_history(per_card(valid, s), labels_frame(labels) if labels is not None else None,
                            SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days)
-    return verdict(history, threshold, model), bad
+    return with_payloads(verdict(history, threshold, model)), bad
 
 
 def verdict(scored, threshold: float, model=None):

@@ -55,18 +55,34 @@ _INSERT = (f"INSERT INTO decisions ({', '.join(DECISION_COLUMNS)}) VALUES "
            f"({', '.join('?' for _ in DECISION_COLUMNS)}) ON CONFLICT(txn_id) DO NOTHING")
 
 
-def feature_records(rows: list[dict], decided_at: int) -> list[tuple[bytes, bytes]]:
-    """The feature log's records of a batch (pure): per decision, what it was made on (the
-    features, by FEATURE_LOG_FIELDS) and what it said, keyed by txn_id. A model is trained on
-    these, joined with the labels: training and serving see the same features, computed once."""
-    out = []
-    for r in rows:
-        record = {name: r.get(name) for name in FEATURE_LOG_FIELDS}
-        record["is_fraud"] = bool(record["is_fraud"])
-        record["model_version"] = int(r.get("model_version") or 0)
-        record["decided_at"] = decided_at
-        out.append((r["txn_id"].encode(), json.dumps(record).encode()))
-    return out
+DECISION_JSON, FEATURES_JSON = "_decision_json", "_features_json"
+
+
+def with_payloads(scored):
+    """The decisions frame + each decision's Kafka value and its feature-log record as JSON, built
+    in the plan (Spark SQL's to_json, in the JVM): the driver only stamps `decided_at` on them. A
+    feature-log record is what the decision was made on (FEATURE_LOG_FIELDS) and what it said; a
+    model is trained on these joined with the labels, so training and serving see the same
+    features, computed once."""
+    from pyspark.sql import functions as F
+
+    keep = {"ignoreNullFields": "false"}
+    decision = F.to_json(F.struct(*[c for c in DECISION_FIELDS if c != "decided_at"]), keep)
+    features = F.to_json(F.struct(*FEATURE_LOG_FIELDS, "model_version"), keep)
+    return scored.select("*", decision.alias(DECISION_JSON), features.alias(FEATURES_JSON))
+
+
+def batch_payloads(table, decided_at: int, batch_id: int) -> tuple[list[str], list[tuple], list[tuple], list[tuple]]:
+    """A decisions batch as Arrow -> (txn ids, store rows by DECISION_COLUMNS, decision records,
+    feature-log records), each Kafka record (txn_id, JSON) stamped with `decided_at` (pure)."""
+    ids = table.column("txn_id").to_pylist()
+    stamp = f',"decided_at":{int(decided_at)}}}'
+    decisions = [(t.encode(), (j[:-1] + stamp).encode()) for t, j in zip(ids, table.column(DECISION_JSON).to_pylist())]
+    features = [(t.encode(), (j[:-1] + stamp).encode()) for t, j in zip(ids, table.column(FEATURES_JSON).to_pylist())]
+    n = table.num_rows
+    columns = [[decided_at] * n if c == "decided_at" else [batch_id] * n if c == "batch_id"
+               else table.column(c).to_pylist() for c in DECISION_COLUMNS]
+    return ids, list(zip(*columns)), decisions, features
 
 
 def decision_records(rows: list[dict], decided_at: int, batch_id: int) -> list[dict]:
@@ -427,34 +443,35 @@ class Sinks:
         clock.lap("compute_ms")
         if table.num_rows == 0:
             return
-        rows = table.to_pylist()
         decided_at = now_ms()
-        records, payloads = self.decide(rows, decided_at, batch_id)
+        ids, store_rows, payloads, features = batch_payloads(table, decided_at, batch_id)
+        if self.faults:
+            self.faults.check_poison(ids)  # as `decide` does record by record
         checkpoint = self.o.checkpoint / "decisions"
-        batch = replace(checkpoints.ledger_batch(JOB, checkpoint, batch_id), processed=len(records),
-                        fraud=sum(d["is_fraud"] for d in records))
+        fraud = sum(v for v in table.column("is_fraud").to_pylist() if v)
+        batch = replace(checkpoints.ledger_batch(JOB, checkpoint, batch_id), processed=len(ids), fraud=fraud)
         what = f"decisions batch {batch_id}"
         clock.lap("decide_ms")
         try:
             with fencing.fenced_write(self.db, JOB, self.epoch, what) as conn:
                 if ledger.apply_once(conn, batch, self.epoch):
-                    conn.executemany(_INSERT, [tuple(d[c] for c in DECISION_COLUMNS) for d in records])
+                    conn.executemany(_INSERT, store_rows)
                     if self.write_profiles:
-                        write_profiles(conn, rows)
+                        write_profiles(conn, table.select(["card_id", *PROFILE_COLUMNS]).to_pylist())
             clock.lap("store_ms")
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(
-                batch_id, payloads, {self.o.features_topic: feature_records(rows, decided_at)})
+                batch_id, payloads, {self.o.features_topic: features})
             clock.lap("kafka_ms")
-            clock.record(self.db, JOB, batch_id, len(records))
+            clock.record(self.db, JOB, batch_id, len(ids))
         except (fencing.FencedError, Fenced) as exc:
             self.fenced(self.db, exc, what)
         except ledger.ReusedBatch as exc:
             self.refused(exc)
-        self.decided += len(records)
-        self.late += sum(d["is_late"] for d in records)
+        self.decided += len(ids)
+        self.late += sum(v for v in table.column("is_late").to_pylist() if v)
         self.fraud += batch.fraud
         if self.faults:
-            self.faults.after_sink(self.db, JOB, batch_id, len(records))
+            self.faults.after_sink(self.db, JOB, batch_id, len(ids))
 
     def decide(self, rows: list[dict], decided_at: int, batch_id: int) -> tuple[list[dict], list[tuple]]:
         """The per-record part of a decisions batch, on the driver: scored rows -> decisions and
@@ -490,6 +507,9 @@ class Sinks:
     def close(self) -> None:
         for t in self._topics.values():
             t.close()
+
+
+PROFILE_COLUMNS = ("p_count", "p_mean", "p_lat", "p_lon", "p_time", "p_times")
 
 
 def write_profiles(conn, rows: list[dict]) -> None:

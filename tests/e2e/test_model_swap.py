@@ -62,14 +62,15 @@ def test_a_model_swap_under_load_loses_and_repeats_no_decision(spark, kafka, top
         swap = commands.issue(db, "use-model", "fraud", version=good)
         later = [txn(f"b-{i}", f"card-{i % 40}", t0 + 700_000 + i * 1_000) for i in range(600)]
         produce(kafka, job.tx, later[:300])  # under load: the swap lands while batches keep coming
-        _wait_for(lambda: commands.get(db, swap)["status"] == commands.DONE, 120, "the swap")
+        _wait_for(lambda: commands.get(db, swap)["status"] == commands.DONE, 300, "the swap")
         assert "between two batches" in commands.get(db, swap)["result"]
         produce(kafka, job.tx, later[300:])
         _wait_for(lambda: job.count() == len(first) + len(later), 300, "every transaction decided")
         assert proc.poll() is None, "the job was not restarted"
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=120)
+        print(out[-6000:])  # the job's log, shown when the test fails
     versions = {r["model_version"] for r in job.rows("SELECT DISTINCT model_version FROM decisions")}
     assert versions == {models.RULES, good}
     assert db["model_use"].get("fraud")["version"] == good
