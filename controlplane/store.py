@@ -24,14 +24,15 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
         "txn_id": str, "card_id": str, "merchant_id": str, "amount_cents": int, "event_time": int,
         "produced_at": int, "decided_at": int, "score_avg_ticket": float, "score_proximity": float,
         "score_velocity": float, "score": float, "is_fraud": int, "is_late": int, "batch_id": int,
-        "model_version": int,
+        "model_version": int, "explanation": str,
     }, "txn_id"),
     # the score aggregator's versions (pipelines/fraud/models.py): 0, the rules, is not a row; each
     # learned one is, with its MLlib files' folder, its features in order, its training window, the
     # labels it was allowed to see (known by `as_of`) and its validation figures
     "models": ({"version": int, "kind": str, "params": str, "features": str, "train_from": str,
                 "train_to": str, "as_of": str, "threshold": float, "validation": str, "candidates": str,
-                "path": str, "train_rows": int, "train_frauds": int, "fit_s": float, "created_at": int},
+                "path": str, "train_rows": int, "train_frauds": int, "fit_s": float, "created_at": int,
+                "explain": str},
                "version"),
     # the version each job decides with since its start (0: the rules; `why`: the one sentence when
     # it fell back to the rules because a model could not be loaded)

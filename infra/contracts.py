@@ -133,6 +133,9 @@ DECISION_FIELDS: dict[str, type] = {
     **{f"score_{name}": float for name in ANALYZERS},
     "score": float, "is_fraud": bool, "is_late": bool,
     "model_version": int,  # the score aggregator that decided: 0 the rules, N a learned model (models table)
+    # why: the three largest contributions to the score, as JSON [{"feature", "value", "share"}]
+    # (pipelines/fraud/models.py says how each aggregator's are computed)
+    "explanation": str,
 }
 
 GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")

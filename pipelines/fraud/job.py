@@ -181,7 +181,8 @@ def verdict(scored, threshold: float, model=None):
     if model is not None and model.pipeline is not None:
         return models.scored_columns(scored, model)
     total, is_fraud = aggregate_columns(threshold)
-    return scored.select("*", total.alias("score"), is_fraud.alias("is_fraud"), F.lit(models.RULES).alias("model_version"))
+    return scored.select("*", total.alias("score"), is_fraud.alias("is_fraud"), F.lit(models.RULES).alias("model_version"),
+                         models.rules_explanation().alias("explanation"))
 
 
 def per_card(valid, s: Settings):

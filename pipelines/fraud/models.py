@@ -32,6 +32,7 @@ class Loaded:
     threshold: float | None = None
     features: tuple[str, ...] = MODEL_FEATURES
     why: str | None = None
+    explain: dict | None = None  # how its decisions are explained (see `explanation`)
 
 
 def models_dir(store_folder: Path) -> Path:
@@ -72,7 +73,46 @@ def load(db, version: int | None = None) -> Loaded:
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         return Loaded(RULES, why=f"model {row['version']} could not be loaded from {row['path']} ({first}); "
                                  f"deciding with the rules (model 0)")
-    return Loaded(int(row["version"]), pipeline, float(row["threshold"]), tuple(json.loads(row["features"])))
+    return Loaded(int(row["version"]), pipeline, float(row["threshold"]), tuple(json.loads(row["features"])),
+                  explain=json.loads(row["explain"]) if row.get("explain") else None)
+
+
+TOP_REASONS = 3
+
+
+def linear_explain(pipeline, frame, features) -> dict:
+    """What explains a logistic regression's decisions: its coefficients (on the features' own
+    scale: MLlib returns them so with standardization) and the training means. A feature's
+    contribution is coefficient x (value - training mean): how far it moved the log-odds from an
+    average payment's, the exact decomposition of a linear model's score."""
+    lr = pipeline.stages[-1]
+    return {"method": "coefficient x (value - training mean)", "features": list(features),
+            "coefficients": [float(v) for v in lr.coefficients.toArray()],
+            "means": [float(frame[f].astype(float).mean()) for f in features]}
+
+
+def explanation(contributions: dict, values: dict):
+    """JSON of the TOP_REASONS largest contributions by size: [{feature, value, share}], `share`
+    being the contribution's part of the sum of all their sizes (Spark SQL, in the JVM)."""
+    from pyspark.sql import functions as F
+
+    total = None
+    for c in contributions.values():
+        total = F.abs(c) if total is None else total + F.abs(c)
+    items = F.array(*[F.struct(F.abs(c).alias("weight"), F.lit(name).alias("feature"),
+                               values[name].cast("double").alias("value")) for name, c in contributions.items()])
+    top = F.slice(F.sort_array(items, asc=False), 1, TOP_REASONS)
+    return F.to_json(F.transform(top, lambda e: F.struct(
+        e["feature"].alias("feature"), F.round(e["value"], 4).alias("value"),
+        F.round(F.when(total > 0, e["weight"] / total).otherwise(F.lit(0.0)), 4).alias("share"))))
+
+
+def rules_explanation():
+    """The rules' reasons: the analyzers' scores, the largest first."""
+    from pyspark.sql import functions as F
+
+    scores = {f"score_{a}": F.coalesce(F.col(f"score_{a}"), F.lit(0.0)) for a in ("avg_ticket", "proximity", "velocity")}
+    return explanation(scores, scores)
 
 
 def scored_columns(df, loaded: Loaded):
@@ -85,6 +125,12 @@ def scored_columns(df, loaded: Loaded):
     ready = df if "amount" in columns else df.withColumn("amount", F.col("amount_cents") / F.lit(100.0))
     out = loaded.pipeline.transform(ready)
     score = vector_to_array(F.col("m_probability"))[1]
+    why = F.lit(None).cast("string")
+    if loaded.explain and loaded.explain.get("coefficients"):
+        e = loaded.explain
+        values = {f: F.col(f).cast("double") for f in e["features"]}
+        why = explanation({f: F.lit(w) * (values[f] - F.lit(m)) for f, w, m in
+                           zip(e["features"], e["coefficients"], e["means"])}, values)
     return out.select(*[F.col(c) for c in columns], score.alias("score"),
                       (score >= F.lit(loaded.threshold)).alias("is_fraud"),
-                      F.lit(loaded.version).alias("model_version"))
+                      F.lit(loaded.version).alias("model_version"), why.alias("explanation"))

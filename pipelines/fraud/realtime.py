@@ -67,6 +67,7 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
     from pyspark.sql import functions as F
 
     from pipelines.fraud.aggregator import aggregate_columns
+    from pipelines.fraud.models import rules_explanation
 
     scored = valid.select("*", F.split(live_scores(seed_path), ",").alias("_live"))
     if emit_from_ms is not None:
@@ -84,6 +85,7 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
         score.alias("score"), is_fraud.alias("is_fraud"),
         (F.col("event_time") < decided_at - F.lit(watermark_ms)).alias("is_late"),
         F.lit(0).alias("model_version"),  # the real-time path decides with the rules
+        rules_explanation().alias("explanation"),
         F.col("profile_age_ms"))
 
 

@@ -43,8 +43,8 @@ def test_the_f1_threshold_takes_ties_together():
     assert train.best_f1_threshold(y, s) == 0.5
 
 
-def register(db, path: str) -> int:
-    return models.register(db, {"kind": "logistic-regression", "params": "{}",
+def register(db, path: str, explain: dict | None = None) -> int:
+    return models.register(db, {"explain": json.dumps(explain) if explain else None,"kind": "logistic-regression", "params": "{}",
                                 "features": json.dumps(list(models.MODEL_FEATURES)), "train_from": "2018-07-25",
                                 "train_to": "2018-07-31", "as_of": "2018-08-08T00:00:00", "threshold": 0.3,
                                 "validation": "{}", "candidates": "[]", "path": path, "train_rows": 1,
@@ -57,13 +57,26 @@ def test_a_saved_version_is_served_with_its_threshold_and_number(spark, tmp_path
     estimator = next(e for k, _, e in train.candidates() if k == "logistic-regression")
     fitted = train.fit(spark, estimator, planted(3_000, 3), models.MODEL_FEATURES)
     fitted.write().overwrite().save(str(tmp_path / "models" / "v1"))
-    version = register(db, str(tmp_path / "models" / "v1"))
+    explain = models.linear_explain(fitted, planted(3_000, 3), models.MODEL_FEATURES)
+    version = register(db, str(tmp_path / "models" / "v1"), explain)
     loaded = models.load(db)
     assert (loaded.version, loaded.threshold, loaded.why) == (version, 0.3, None)
     rows = planted(200, 4).assign(amount_cents=lambda f: (f["amount"] * 100).round().astype("int64")).drop(columns="amount")
     out = models.scored_columns(spark.createDataFrame(rows), loaded).toPandas()
     assert set(out["model_version"]) == {version}
     assert ((out["score"] >= 0.3) == out["is_fraud"]).all() and out["score"].between(0, 1).all()
+    # every decision explained: its three largest contributions, coefficient x (value - mean)
+    reasons = [json.loads(e) for e in out["explanation"]]
+    assert all(len(r) == 3 and 0 < sum(x["share"] for x in r) <= 1.0001 for r in reasons)
+    flagged = [r[0]["feature"] for r, f in zip(reasons, out["is_fraud"]) if f]
+    assert flagged and all(name in ("t_risk_7d", "amount") for name in flagged)  # the planted pattern
+
+
+def test_the_rules_explain_with_the_analyzers_scores(spark):
+    frame = spark.createDataFrame([(0.9, 0.1, 0.0)], "score_avg_ticket double, score_proximity double, score_velocity double")
+    got = json.loads(frame.select(models.rules_explanation().alias("e")).first()["e"])
+    assert [x["feature"] for x in got] == ["score_avg_ticket", "score_proximity", "score_velocity"]
+    assert [x["share"] for x in got] == [0.9, 0.1, 0.0]
 
 
 def test_a_missing_or_corrupt_model_falls_back_to_the_rules_in_one_sentence(spark, tmp_path):
