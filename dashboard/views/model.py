@@ -45,9 +45,11 @@ def in_use(models, use, newest, decided):
                                      "switch (`model_use`); model 0 is the rules.")
     cols[1].metric("Newest version", fmt.NONE if newest is None else f"model {newest}", border=True,
                    help="The newest version in the store's `models` table (the job loads the newest at its start).")
-    mine = decided[decided["version"] == version]["decisions"].sum() if version is not None else None
-    cols[2].metric("Its decisions", fmt.count(mine), border=True,
-                   help="Decisions made by the version in use among the newest 100,000 in the store.")
+    total = decided["decisions"].sum()
+    mine = decided[decided["version"] == version]["decisions"].sum() if version is not None and total else None
+    cols[2].metric("Its share of decisions", fmt.NONE if mine is None else fmt.percent(mine / total), border=True,
+                   help=f"Of the newest {fmt.count(total)} decisions in the store (at most 100,000), the share the "
+                        "version in use made.")
     st.markdown(text.model_in_use(use, newest))
     if use and use.get("why"):
         st.warning(use["why"][0].upper() + use["why"][1:] + ".", icon=":material/warning:")

@@ -363,7 +363,7 @@ def handbook_run(run: dict, rows) -> str:
     return (f"`bench handbook` on {run['when']}: the fraud-detection handbook's public dataset replayed through the "
             f"real fraud job; trained on {p.get('train', '—')}, a {p.get('delay_days', '—')}-day feedback delay, "
             f"tested on {p.get('test', '—')} ({fmt.count(test)} payments, {fmt.count(frauds)} frauds, cards "
-            f"already known compromised left out each day): days neither the rules nor the model were tuned on. "
+            f"already known compromised left out each day): days no aggregator shown here was tuned on. "
             f"The handbook's best published on this protocol, {HANDBOOK_BEST}.")
 
 
@@ -393,7 +393,8 @@ def labelled_traffic(n_labels: int, decided: int, frauds: int, topic: str) -> st
             f"joined with the store's decisions: {fmt.count(decided)} decided, {fmt.count(frauds)} of them frauds. "
             "Each curve is the decisions one version made (the stateful path's, in the store; the real-time path's "
             "live only in `decisions-rt`). A threshold of the score is a point on the curve; the job's own "
-            "threshold is one of them.")
+            "threshold is one of them. The oldest day drawn is usually only partly labelled here: the newest "
+            "labels begin within it.")
 
 
 def not_measured(model: dict | None) -> str:
