@@ -676,3 +676,24 @@ def separation(df: pd.DataFrame) -> go.Figure:
     fig = _layout(fig, "How well each score the store holds separates the labelled traffic alone", height=300)
     fig.update_layout(hovermode="closest")
     return fig
+
+
+def reasons(df: pd.DataFrame, names: dict[int, str], words) -> go.Figure:
+    """Per feature, its mean share of the flagged decisions' explanations, a bar per model version
+    (`words(feature)`: the feature said in words)."""
+    fig = go.Figure()
+    order = df.groupby("feature")["share"].max().sort_values(ascending=False).index.tolist()
+    for version, part in df.groupby("model_version", sort=True):
+        part = part.set_index("feature").reindex(order).dropna(subset=["share"]).reset_index()
+        fig.add_trace(go.Bar(
+            x=part["share"], y=[words(f) for f in part["feature"]], orientation="h",
+            name=names.get(int(version), f"model {version}"), marker_color=version_color(version),
+            customdata=np.c_[part["in_top"], part["explained"]],
+            hovertemplate=("%{y}: %{x:.0%} of the explanation on average; among the three reasons of "
+                           "%{customdata[0]:,} of %{customdata[1]:,} flagged decisions<extra></extra>")))
+    fig.update_xaxes(tickformat=".0%", rangemode="tozero", title_text="mean share of a flagged decision's explanation")
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig = _layout(fig, "What moved the flagged decisions' scores (each decision's three largest contributions)",
+                  height=max(300, 26 * len(order) * max(1, df["model_version"].nunique()) + 150))
+    fig.update_layout(barmode="group", hovermode="closest")
+    return fig

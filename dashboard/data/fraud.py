@@ -13,9 +13,11 @@ SCORE_COLUMNS = [f"score_{a}" for a in ANALYZERS]
 
 
 def flagged(db, limit: int = 50) -> pd.DataFrame:
-    """The most recent transactions flagged as fraud, with each analyzer's score."""
+    """The most recent transactions flagged as fraud, with each analyzer's score, the model version
+    that decided and its explanation (JSON: the three largest contributions to the score)."""
     df = frame(db, f"SELECT txn_id, card_id, merchant_id, amount_cents, event_time, decided_at, "
-                   f"{', '.join(SCORE_COLUMNS)}, score, decided_at - produced_at AS latency_ms "
+                   f"{', '.join(SCORE_COLUMNS)}, score, decided_at - produced_at AS latency_ms, "
+                   f"coalesce(model_version, 0) AS model_version, explanation "
                    f"FROM decisions WHERE is_fraud = 1 ORDER BY decided_at DESC LIMIT ?", [limit])
     df["amount"] = df["amount_cents"] / 100
     df["decided"] = to_time(df["decided_at"])

@@ -1,9 +1,10 @@
 """The Model page's data: the score aggregator's versions (the store's `models` table, as
-`python -m pipelines.fraud.train` writes it), the one the fraud job decides with (`model_use`), and
-how each version did on the traffic labelled so far (the store's decisions joined with the labels
-the dashboard reads from Kafka, `dashboard.data.kafka.recent_labels`), with the handbook's metrics
-(`pipelines.fraud.metrics`, plain numpy). Nothing here asks Spark anything: what the store does not
-hold (a model's coefficients or trees, in its MLlib folder) is not shown, and the page says so.
+`python -m pipelines.fraud.train` writes it), the one the fraud job decides with (`model_use`), how
+each version did on the traffic labelled so far (the store's decisions joined with the labels the
+dashboard reads from Kafka, `dashboard.data.kafka.recent_labels`), with the handbook's metrics
+(`pipelines.fraud.metrics`, plain numpy), and what moved its flagged decisions' scores (each
+decision's `explanation`). Nothing here asks Spark anything: what the store does not hold (a tree
+ensemble's trees, in its MLlib folder) is not shown, and the page says so.
 """
 from __future__ import annotations
 
@@ -44,11 +45,12 @@ def versions(db, limit: int = 20) -> pd.DataFrame:
     training window, the labels' cut (`as_of`), the threshold, the validation period and its figures
     (METRICS), the candidates tried (parsed), rows and frauds trained on, fit seconds, created."""
     df = frame(db, "SELECT * FROM (SELECT version, kind, params, features, train_from, train_to, as_of, threshold, "
-                   "validation, candidates, path, train_rows, train_frauds, fit_s, created_at FROM models "
+                   "validation, candidates, path, train_rows, train_frauds, fit_s, created_at, explain FROM models "
                    "ORDER BY version DESC LIMIT ?) ORDER BY version", [limit])
     df["params"] = [_json(v, {}) for v in df["params"]]
     df["features"] = [_json(v, []) for v in df["features"]]
     df["candidates"] = [_json(v, []) for v in df["candidates"]]
+    df["explain"] = [_json(v, None) for v in df["explain"]]
     validation = [_json(v, {}) for v in df["validation"]]
     for key in METRICS:
         df[key] = pd.to_numeric(pd.Series([v.get(key) for v in validation], index=df.index, dtype=object),
@@ -172,3 +174,33 @@ def separation(df: pd.DataFrame) -> pd.DataFrame:
             value = None
         out.append({"input": label, "column": column, "auc_roc": value})
     return pd.DataFrame(out, columns=["input", "column", "auc_roc"])
+
+
+REASONS_ROWS = 2_000    # the newest flagged decisions whose explanations the page sums
+
+
+def reasons(db, limit: int = REASONS_ROWS) -> pd.DataFrame:
+    """What moved the scores of the newest `limit` flagged decisions, per model version, from each
+    decision's `explanation` (its three largest contributions, {feature, value, share}: a logistic
+    regression's coefficient x (value - training mean), the rules' analyzer scores): model_version,
+    feature, in_top (decisions with it among their three), share (its mean share of the score's
+    explanation over the version's explained flagged decisions, 0 where it is not among the three),
+    explained (those decisions). A version whose decisions carry none (a tree ensemble's) is absent."""
+    df = frame(db, "SELECT coalesce(model_version, 0) AS model_version, explanation FROM decisions "
+                   "WHERE is_fraud = 1 ORDER BY decided_at DESC LIMIT ?", [limit])
+    rows = []
+    explained: dict[int, int] = {}
+    for version, text in zip(df["model_version"], df["explanation"]):
+        items = _json(text, None)
+        if not items:
+            continue
+        explained[int(version)] = explained.get(int(version), 0) + 1
+        rows += [(int(version), str(i.get("feature")), float(i.get("share") or 0.0)) for i in items
+                 if isinstance(i, dict) and i.get("feature")]
+    out = pd.DataFrame(rows, columns=["model_version", "feature", "share"])
+    if out.empty:
+        return pd.DataFrame(columns=["model_version", "feature", "in_top", "share", "explained"])
+    out = out.groupby(["model_version", "feature"], as_index=False).agg(in_top=("share", "size"), share=("share", "sum"))
+    out["explained"] = out["model_version"].map(explained)
+    out["share"] = out["share"] / out["explained"]
+    return out.sort_values(["model_version", "share"], ascending=[True, False]).reset_index(drop=True)

@@ -57,9 +57,19 @@ def draw(db, s):
         else:
             st.plotly_chart(charts.quality(series), width="stretch")
     st.subheader("Recently flagged")
-    st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", *data.SCORE_COLUMNS, "score", "latency_ms"]],
+    flagged = flagged.assign(why=[text.reasons(e) for e in flagged["explanation"]])
+    st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", "why", *data.SCORE_COLUMNS, "score",
+                          "model_version", "latency_ms"]],
                  hide_index=True, width="stretch", height=380,
                  column_config={"decided": st.column_config.DatetimeColumn("decided (UTC)", format="HH:mm:ss"),
+                                "why": st.column_config.TextColumn(
+                                    "why: its three largest reasons", width="large",
+                                    help="Each reason's share of the score's explanation: a logistic regression's "
+                                         "coefficient × (value − training mean), the rules' analyzer scores; "
+                                         "— for a tree ensemble (not explained yet)."),
+                                "model_version": st.column_config.NumberColumn(
+                                    "model", format="%d", help="The aggregator that decided: 0 the rules, N a "
+                                                               "learned version (see Model)."),
                                 "amount": st.column_config.NumberColumn(format="localized"),
                                 "latency_ms": st.column_config.NumberColumn("latency", format="%d ms"),
                                 **{c: st.column_config.ProgressColumn(c.removeprefix("score_").replace("_", " "),

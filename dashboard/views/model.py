@@ -26,7 +26,23 @@ def draw(db, s):
         versions(models)
     names = {0: data.name(0, None), **dict(zip(models["version"].astype(int), models["name"]))}
     labelled = traffic(db, s, decided, names)
+    matters(db, models, names, labelled)
+
+
+def matters(db, models, names, labelled):
+    """What moved the flagged decisions' scores (their explanations), how well each stored score
+    separates the labelled traffic alone, the newest model's inputs; what is not measured, said."""
     st.subheader("What matters")
+    why = data.reasons(db)
+    if why.empty:
+        ui.no_data("no flagged decision carries an explanation.")
+    else:
+        st.plotly_chart(charts.reasons(why, names, text.feature), width="stretch")
+        per = why.groupby("model_version")["explained"].first()
+        st.caption("Over the newest " + ", ".join(f"{fmt.count(n)} flagged decisions of {names.get(int(v), f'model {v}')}"
+                                                  for v, n in per.items())
+                   + ": each feature's share of a decision's explanation (its three largest contributions, their "
+                     "sizes adding up to the whole), averaged; 0 where it was not among the three.")
     if labelled is not None and not labelled.empty:
         st.plotly_chart(charts.separation(data.separation(labelled)), width="stretch")
     if not models.empty:

@@ -397,10 +397,47 @@ def labelled_traffic(n_labels: int, decided: int, frauds: int, topic: str) -> st
             "labels begin within it.")
 
 
+_FEATURE_WORDS = {"amount": "amount", "is_weekend": "weekend", "is_night": "night",
+                  "score_avg_ticket": "average-ticket score", "score_proximity": "proximity score",
+                  "score_velocity": "velocity score", "score": "the decision's score"}
+_WINDOWED = {("c", "count"): "card's payments", ("c", "mean"): "card's mean amount",
+             ("t", "count"): "terminal's payments", ("t", "risk"): "terminal risk"}
+
+
+def feature(name: str) -> str:
+    """A feature's name in words: t_risk_7d -> "terminal risk over 7 days"; unknown names as they are."""
+    if name in _FEATURE_WORDS:
+        return _FEATURE_WORDS[name]
+    parts = name.split("_")
+    if len(parts) == 3 and (parts[0], parts[1]) in _WINDOWED and parts[2].endswith("d") and parts[2][:-1].isdigit():
+        days = int(parts[2][:-1])
+        return f"{_WINDOWED[(parts[0], parts[1])]} over {days} day{'s' if days != 1 else ''}"
+    return name
+
+
+def reasons(explanation) -> str:
+    """A decision's `explanation` (JSON: its three largest contributions) in words:
+    "terminal risk over 7 days 0.42: 31 % · amount 212: 22 % · …"; "—" when it has none."""
+    import json
+
+    try:
+        items = json.loads(explanation) if explanation else None
+    except (TypeError, ValueError):
+        items = None
+    if not items:
+        return fmt.NONE
+    return " · ".join(f"{feature(str(i.get('feature')))} {fmt.decimal(i.get('value'), 2)}: "
+                      f"{fmt.percent(i.get('share'), 0)}" for i in items if isinstance(i, dict))
+
+
 def not_measured(model: dict | None) -> str:
     """What the Model page does not show, plainly."""
-    where = f" (`{model['path']}`)" if model and model.get("path") else ""
-    return ("Not measured here yet: what each feature weighs inside a model. Its coefficients or trees are in its "
-            f"MLlib folder{where}, not in the store, and the dashboard asks nothing of Spark; each decision's top "
-            "three feature contributions are issue 35 item 4. The event-time features themselves are in the Kafka "
-            "feature log (`features`), not in the store: only the analyzers' scores are measured above.")
+    parts = ["Each decision carries its three largest contributions (`explanation`): a logistic regression's "
+             "coefficient × (value − training mean), which decomposes its log-odds exactly; the rules' analyzer "
+             "scores"]
+    if model and not model.get("explain"):
+        parts.append(f"model {int(model['version'])} is a {model['kind']}, whose decisions carry no explanation "
+                     "yet: what its features weigh is not measured here")
+    parts.append("each event-time feature's separation of the labelled traffic on its own is not measured here "
+                 "either: the features are in the Kafka feature log (`features`), not in the store")
+    return "; ".join(parts) + "."

@@ -48,7 +48,7 @@ def pages(s) -> dict[str, list[str]]:
         # the labels read back from Kafka and joined with the store's decisions: every seeded one
         "model": ["Deciding with", "model 2", f"The newest {fmt.count(len(labels))} labels",
                   f"{fmt.count(len(labels))} decided, {fmt.count(sum(f for _, f in labels))} of them frauds",
-                  "Not measured here yet"],
+                  "flagged decisions of model 2 · logistic-regression", "is not measured here"],
         "controls": ["Set rate", "Pause", "rate 40/s"],
     }
 

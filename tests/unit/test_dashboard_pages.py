@@ -114,12 +114,13 @@ def expected(name: str, s) -> list[str]:
                   f"= truth {fmt.count(s.fraud['truth'])}", "Live precision", "a consistency check, not the "
                   "detector's quality", "No handbook run yet", "python -m bench handbook --json"],
         "model": ["No learned model yet: the rules decide (model 0)", "Deciding with", "rules",
-                  "its labels live only in Kafka (`labels`)", "Not measured here yet"],
+                  "its labels live only in Kafka (`labels`)", "What matters",
+                  "Each decision carries its three largest contributions"],
         "controls": ["Set rate", "Pause", "Resume", "rate 40/s", "40 tx/s"],
     }[name]
 
 
-MIN_CHARTS = {"overview": 2, "guarantees": 3, "faults": 1, "windows": 2, "checkpoints": 3, "fraud": 2, "model": 0,
+MIN_CHARTS = {"overview": 2, "guarantees": 3, "faults": 1, "windows": 2, "checkpoints": 3, "fraud": 2, "model": 1,
               "controls": 0}
 
 

@@ -52,7 +52,9 @@ def test_versions_as_train_saves_them(trained):
     cands = data.candidates(models)
     assert len(cands) == 2 * 3 * 3 and set(cands["metric"]) == set(data.METRICS)
     chosen = cands[cands["chosen"]].groupby("version")["kind"].unique()
-    assert {v: list(k) for v, k in chosen.items()} == {1: ["random-forest"], 2: ["gradient-boosted-trees"]}
+    assert {v: list(k) for v, k in chosen.items()} == {1: ["random-forest"], 2: ["logistic-regression"]}
+    # train.py saves a logistic regression's coefficients and training means, a tree ensemble's nothing
+    assert models["explain"].iloc[0] is None and models["explain"].iloc[1]["features"] == list(MODEL_FEATURES)
 
 
 def test_the_version_in_use_and_what_it_decided(trained):
@@ -93,6 +95,31 @@ def test_labelled_traffic_per_version_with_the_handbook_metrics(trained):
     assert set(alone.index) == set(data.SCORES) and alone.between(0.5, 1).all()
 
 
+def test_what_moved_the_flagged_decisions_from_their_explanations(trained):
+    db, _, _ = trained
+    why = data.reasons(db)
+    flagged = db.execute("SELECT coalesce(model_version, 0), explanation FROM decisions WHERE is_fraud = 1 "
+                         "ORDER BY decided_at DESC LIMIT ?", [data.REASONS_ROWS]).fetchall()
+    for version in (0, 2):
+        mine = [json.loads(e) for v, e in flagged if v == version]
+        part = why[why["model_version"] == version].set_index("feature")
+        assert set(part["explained"]) == {len(mine)}
+        for name, row in part.iterrows():  # the mean share over the version's flagged decisions, 0 when absent
+            shares = [next((i["share"] for i in items if i["feature"] == name), 0.0) for items in mine]
+            assert row["share"] == pytest.approx(sum(shares) / len(mine))
+            assert row["in_top"] == sum(any(i["feature"] == name for i in items) for items in mine)
+    # the rules' reasons are the analyzers' scores; the logistic regression's, its planted pattern
+    assert set(why[why["model_version"] == 0]["feature"]) == {"score_avg_ticket", "score_proximity", "score_velocity"}
+    assert why[why["model_version"] == 2]["feature"].iloc[:2].tolist() == ["amount", "t_risk_7d"]
+    said = text.reasons(next(e for v, e in flagged if v == 2))
+    assert said.startswith("amount 2,") and " · terminal risk over 7 days 0.31: " in said
+    assert text.reasons(None) == "—" and text.feature("c_mean_30d") == "card's mean amount over 30 days"
+    tree = text.not_measured({"version": 1, "kind": "random-forest", "explain": None, "path": "/x"})
+    assert "model 1 is a random-forest, whose decisions carry no explanation yet" in tree
+    assert "carry no explanation" not in text.not_measured({"version": 2, "kind": "logistic-regression",
+                                                             "explain": {"coefficients": [1.0]}})
+
+
 def test_no_label_known_yet_and_no_decision():
     empty = data.labelled(connect(":memory:"), [])
     assert empty.empty and "label" in empty.columns
@@ -104,7 +131,7 @@ def test_the_handbook_and_evaluation_runs_as_the_benches_record_them(trained):
     db, _, numbers = trained
     seed_bench_runs(db, numbers[-1])
     rows, run = quality.latest_handbook(db)
-    assert list(rows["model"]) == ["rules (model 0)", f"gradient-boosted-trees (model {numbers[-1]})"]
+    assert list(rows["model"]) == ["rules (model 0)", f"logistic-regression (model {numbers[-1]})"]
     assert list(rows["model_version"]) == [0, numbers[-1]]
     for r, key in zip(rows.itertuples(), ("rules", "learned")):
         auc, ap, cp, per_day = HANDBOOK_FIGURES[key]
@@ -138,18 +165,22 @@ def test_the_model_page_with_two_versions(db_path, dead_broker):  # noqa: F811
     tiles = {m.label: m.value for m in at.metric}
     # model 2 decided the last 2 of the seeded 5 minutes: 4,800 of 12,000 decisions
     assert tiles == {"Deciding with": "model 2", "Newest version": "model 2", "Its share of decisions": "40.0 %"}
-    assert plotly_count(at) == 2  # validation per candidate, training windows (the labels need Kafka)
+    # validation per candidate, training windows, the explanations (the labelled traffic needs Kafka)
+    assert plotly_count(at) == 3
     figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [f["layout"]["title"]["text"] for f in figures]
     assert titles[0].startswith("Validation: each kind tried per version") and titles[1].startswith("Training windows")
+    assert titles[2].startswith("What moved the flagged decisions' scores")
+    assert {t["name"] for t in figures[2]["data"]} == {"rules (model 0)", "model 2 · logistic-regression"}
     bars = [t for t in figures[0]["data"] if t["type"] == "bar"]
     assert {t["name"] for t in bars} == {"logistic-regression", "random-forest", "gradient-boosted-trees"}
     assert "The fraud job decides with model 2 since" in shown
     assert "The traffic labelled so far is unknown: its labels live only in Kafka (`labels`) — broker down" in shown
     assert "Model 2's inputs, in the order it is fed them: `amount`, `is_weekend`" in shown
-    assert "Not measured here yet: what each feature weighs inside a model" in shown
+    assert "Each decision carries its three largest contributions (`explanation`)" in shown
+    assert "each event-time feature's separation of the labelled traffic on its own is not measured here" in shown
     table = at.dataframe[0].value
-    assert list(table["version"]) == [2, 1] and list(table["kind"]) == ["gradient-boosted-trees", "random-forest"]
+    assert list(table["version"]) == [2, 1] and list(table["kind"]) == ["logistic-regression", "random-forest"]
     assert list(table["window"]) == ["2018-07-04 … 2018-07-31", "2018-07-25 … 2018-07-31"]
     assert not [w for w in at.warning if "could not be loaded" in w.value]
 
@@ -191,7 +222,12 @@ def test_the_fraud_page_headline_is_the_quality_on_unseen_data(db_path, dead_bro
                            ("Card precision@100", f"{cp:.3f}"),
                            ("Average precision", "0.162"), ("Precision", "48.3 %"), ("Recall", "15.1 %")]
     assert [m[0] for m in metrics[9:11]] == ["Live precision", "Live recall"]
-    assert "**rules (model 0)**" in shown and "**gradient-boosted-trees (model 2)**" in shown
+    assert "**rules (model 0)**" in shown and "**logistic-regression (model 2)**" in shown
+    recent = next(d.value for d in at.dataframe if "why" in d.value.columns)
+    assert (recent["why"] != "—").all() and recent["why"].str.contains(r"^\D.* \d+ %").all()
+    frauds = recent["amount"] > 2_000  # the seeded frauds: a spend spike at a risky terminal
+    assert frauds.any() and recent.loc[frauds, "why"].str.contains(" · terminal risk over 7 days 0.31: ").all()
+    assert set(recent["model_version"]) == {2}
     assert "tested on 2018-08-08..2018-08-14 (58,264 payments, 385 frauds" in shown
     assert "`bench quality` on " in shown and text.LIVE_IS_A_CHECK in shown
     assert "No handbook run yet" not in shown
