@@ -436,8 +436,10 @@ def not_measured(model: dict | None) -> str:
              "coefficient × (value − training mean), which decomposes its log-odds exactly; the rules' analyzer "
              "scores"]
     if model and not model.get("explain"):
-        parts.append(f"model {int(model['version'])} is a {model['kind']}, whose decisions carry no explanation "
-                     "yet: what its features weigh is not measured here")
+        why = ("was saved without its coefficients (a version trained before they were kept)"
+               if model.get("kind") == "logistic-regression" else f"is a {model['kind']}")
+        parts.append(f"model {int(model['version'])} {why}, so its decisions carry no explanation: what its "
+                     "features weigh is not measured here")
     parts.append("each event-time feature's separation of the labelled traffic on its own is not measured here "
                  "either: the features are in the Kafka feature log (`features`), not in the store")
     return "; ".join(parts) + "."

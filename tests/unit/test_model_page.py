@@ -115,7 +115,9 @@ def test_what_moved_the_flagged_decisions_from_their_explanations(trained):
     assert said.startswith("amount 2,") and " · terminal risk over 7 days 0.31: " in said
     assert text.reasons(None) == "—" and text.feature("c_mean_30d") == "card's mean amount over 30 days"
     tree = text.not_measured({"version": 1, "kind": "random-forest", "explain": None, "path": "/x"})
-    assert "model 1 is a random-forest, whose decisions carry no explanation yet" in tree
+    assert "model 1 is a random-forest, so its decisions carry no explanation" in tree
+    old = text.not_measured({"version": 1, "kind": "logistic-regression", "explain": None, "path": "/x"})
+    assert "model 1 was saved without its coefficients (a version trained before they were kept)" in old
     assert "carry no explanation" not in text.not_measured({"version": 2, "kind": "logistic-regression",
                                                              "explain": {"coefficients": [1.0]}})
 
