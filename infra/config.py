@@ -193,6 +193,17 @@ class Settings:
         return self.jars_dir / "spark"
 
 
+HANDBOOK_FILE = Path("shared") / "datasets" / "handbook" / "transactions.parquet"
+
+
+def _handbook_default() -> Path:
+    """The handbook's dataset beside the checkout (../shared/...), or beside one of its parents (a
+    clone made elsewhere on the same machine, /work/shared/...); the first that exists, else the
+    first place, which the error then names."""
+    places = [parent / HANDBOOK_FILE for parent in ROOT.resolve().parents] + [Path("/work") / HANDBOOK_FILE]
+    return next((p for p in places if p.exists()), places[0])
+
+
 def load(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
     run_dir = Path(env.get("CARDSTREAM_RUN_DIR") or ROOT / ".run").resolve()
@@ -255,8 +266,7 @@ def load(env: dict | None = None) -> Settings:
         fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),
         state_ttl_minutes=_int(env, "STATE_TTL_MINUTES", 24 * 60),
         label_delay_days=_int(env, "LABEL_DELAY_DAYS", 7),
-        handbook_data=Path(env.get("HANDBOOK_DATA") or ROOT.parent / "shared" / "datasets" / "handbook"
-                           / "transactions.parquet").resolve(),
+        handbook_data=Path(env.get("HANDBOOK_DATA") or _handbook_default()).resolve(),
         fraud_state_buckets=_int(env, "FRAUD_STATE_BUCKETS", 64),
         watermark_seconds=_int(env, "WATERMARK_SECONDS", 30),
         session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),
