@@ -19,7 +19,7 @@ from controlplane.store import connect
 from dashboard import fmt
 from infra import kafka_client
 from infra.config import load
-from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, kafka_badge, streamlit
+from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, kafka_badge, settle, streamlit
 from tests.harness.dashboard_seed import (FAULT_BATCH, label_records, seed_bench_runs, seed_first_minute, seed_models,
                                           seed_store, simulator_labels)
 
@@ -99,10 +99,10 @@ def test_every_page_in_chromium(dashboard, tmp_path):
                 page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
             if path != "controls":
                 page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
-            page.wait_for_timeout(1500)  # let Plotly finish drawing
+            settle(page)  # drawn and still
             if path == "model":  # the labelled traffic's curves too, once the labels are read from Kafka
                 page.locator(".js-plotly-plot").nth(4).wait_for(timeout=30_000)
-                page.wait_for_timeout(1500)
+                settle(page)
             check_and_shoot(page, path or "overview", tmp_path / f"seeded-{WALK[path]}.png")
 
         page.goto(f"{base}/faults")
@@ -117,7 +117,7 @@ def test_every_page_in_chromium(dashboard, tmp_path):
         page.goto(f"{base}/guarantees")
         page.get_by_text("crash on usage at").first.wait_for(timeout=30_000)
         page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
-        page.wait_for_timeout(1500)
+        settle(page)  # drawn and still
         markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
             "els => els.map(e => e.textContent || '')")
         assert sum("crash" in m for m in markers) == 2, markers  # the seeded crash and the one just pressed
@@ -138,7 +138,7 @@ def test_guarantees_with_no_fault_in_chromium(tmp_path, kafka):
         for text in ("lost 0 · duplicated 0", behind, "no loss or duplicate in this time"):
             page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
         page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
-        page.wait_for_timeout(1500)
+        settle(page)  # drawn and still
         body = page.locator("[data-testid=stMain]").inner_text()
         assert body.count("lost 0 · duplicated 0") == 3 and "lost +" not in body and "no fault recorded" not in body
         check_and_shoot(page, "guarantees (no fault)", SHOTS / "guarantees-no-fault.png", tmp_path)
@@ -166,7 +166,7 @@ def test_first_minute_in_chromium(tmp_path, kafka, phase, texts):
             values = page.locator("[data-testid=stMetricValue]").all_inner_texts()
             latencies = [v for v in values if v.strip().endswith(" ms")]
             assert len(latencies) == 3 and all(float(v.split()[0]) <= 20 for v in latencies), values
-        page.wait_for_timeout(1500)
+        settle(page)  # drawn and still
         # the badge too (issue 36 item 8): the broker runs, so it names it and is not red
         badge = kafka_badge(page)
         assert badge is not None and badge[0] != "error" and kafka in badge[1], badge

@@ -2,9 +2,10 @@
 with both jobs, a warm standby each and the simulator (the Procfile's command, on the test broker
 and fresh topics, at 40 transactions/s).
 
-First, after its first minute (decisions flowing for 60 s), every dashboard page in Chromium with
-the page check of the seeded walk (no cut figure, no "nan" or "None", no count with ".0", no empty
-chart without a sentence); its screenshots are the README's. Then a crash hands the fraud job to its
+First, after its first minute (60 s after the stack's start, as a user with a browser open from
+`make demo` on sees it; at its first decision if that comes later), every dashboard page in Chromium
+with the page check of the seeded walk (no cut figure, no "nan" or "None", no count with ".0", no
+empty chart without a sentence); its screenshots are the README's. Then a crash hands the fraud job to its
 standby, a zombie (the active frozen, then woken) is fenced, and the decisions stay exactly once
 (the standbys' sessions come up while the walk runs).
 """
@@ -25,7 +26,7 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import ROOT
 from pipelines import audit
-from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, streamlit
+from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, settle, streamlit
 from bench.harness.jobs import wait_for
 
 pytestmark = pytest.mark.timeout(900)
@@ -56,13 +57,14 @@ def demo(kafka, topic, tmp_path_factory):
            "TOPIC_DLQ": names["dlq"], "TOPIC_MARKERS": names["marks"], "TOPIC_DECISIONS_RT": names["rt"],
            "RESTART_DELAY_SECONDS": "1", "TRIGGER_SECONDS": "0.5"}
     db = connect(work / "s.db")
+    started_ms = now_ms()  # make demo's start: its first minute is counted from here
     with open(work / "supervisor.log", "ab") as out:
         # the Procfile's supervisor line (both jobs by default), the session's broker instead of its own
         sup = subprocess.Popen([sys.executable, "-m", "pipelines.supervisor", "--with-simulator", "--standby",
                                 "--simulator-args", "--rate 40 --seed 11"],
                                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
-        yield SimpleNamespace(env=env, db=db, names=names, work=work, sup=sup)
+        yield SimpleNamespace(env=env, db=db, names=names, work=work, sup=sup, started_ms=started_ms)
     finally:
         sup.send_signal(signal.SIGTERM)
         try:
@@ -78,11 +80,13 @@ def first_decided_at(db) -> int | None:
 
 def test_every_page_after_the_first_minute_in_chromium(demo, tmp_path):
     db = demo.db
-    first = wait_for(lambda: first_decided_at(db), 300, "the first decision")
     with streamlit(demo.env, tmp_path / "streamlit.log") as base, chromium() as browser:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(base)  # the server warms up while the first minute runs out
-        time.sleep(max(0.0, (first + FIRST_MINUTE_MS - now_ms()) / 1000))
+        first = wait_for(lambda: first_decided_at(db), 300, "the first decision")
+        # reported, not held to a number (bench/ measures): issue 36 asks for it within the first minute
+        print(f"make demo's first decision {(first - demo.started_ms) / 1000:.1f} s after its start")
+        time.sleep(max(0.0, (demo.started_ms + FIRST_MINUTE_MS - now_ms()) / 1000))
         recent = db.execute("SELECT count(*) FROM decisions WHERE decided_at > ?", [now_ms() - 10_000]).fetchone()[0]
         assert recent > 0, "no decision in the last 10 s: the stack stopped deciding in its first minute"
         for path, name in PAGES.items():
@@ -92,7 +96,7 @@ def test_every_page_after_the_first_minute_in_chromium(demo, tmp_path):
                 page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=60_000)
             if has_chart:
                 page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
-            page.wait_for_timeout(1500)  # let Plotly finish drawing
+            settle(page)  # drawn and still
             check_and_shoot(page, f"make demo's {name} page after its first minute", SHOTS / f"{name}.png", tmp_path)
 
 

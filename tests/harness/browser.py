@@ -160,28 +160,55 @@ def badge_defects(page) -> list[str]:
     return [f"Kafka badge red while the broker runs: {badge[1]!r}"] if badge[0] == "error" else []
 
 
+# True once the script run is over and every Plotly chart is drawn at the same size as at the last
+# poll (so two polls in a row): what a fixed pause after a page's texts appeared used to wait for.
+SETTLED_JS = """() => {
+    const app = document.querySelector('[data-testid=stApp]');
+    const idle = !app || app.getAttribute('data-test-script-state') === 'notRunning';
+    const charts = [...document.querySelectorAll('.js-plotly-plot')].map(el => Array.isArray(el._fullData)
+        ? `${el.clientWidth}x${el.clientHeight}:${el._fullData.length}` : 'undrawn');
+    const now = charts.join('|') + '#' + document.querySelectorAll('[data-testid=stElementContainer]').length;
+    const same = window.__cardstreamSettled === now;
+    window.__cardstreamSettled = now;
+    return idle && same && !charts.includes('undrawn');
+}"""
+
+
+def settle(page, timeout_ms: int = 10_000) -> None:
+    """Wait until the page is drawn and still (`SETTLED_JS`, polled every 300 ms), at most
+    `timeout_ms`: a page that never settles is checked as it is, and the check names what is wrong."""
+    # deferred: playwright loads only where a browser is driven
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.evaluate("() => { window.__cardstreamSettled = undefined; }")
+    try:
+        page.wait_for_function(SETTLED_JS, polling=300, timeout=timeout_ms)
+    except PlaywrightTimeout:
+        pass
+
+
 def tall(page) -> None:
     """The viewport as tall as the page, so Plotly draws every chart (it leaves those out of view)."""
     height = page.evaluate("""() => {
         const block = document.querySelector('[data-testid=stMainBlockContainer]');
         return block ? block.scrollHeight : document.body.scrollHeight; }""")
     page.set_viewport_size({"width": 1440, "height": max(900, min(int(height) + 20, 6000))})
-    page.wait_for_timeout(1200)  # Plotly redraws at the new size
+    settle(page)  # Plotly redraws at the new size
 
 
 def check_and_shoot(page, where: str, path: Path, failed_dir: Path | None = None, broker_running: bool = True) -> None:
     """The whole page drawn (`tall`), checked (`page_defects`, and with `broker_running` the sidebar's
     Kafka badge, `badge_defects`), and its screenshot saved to `path`;
     a page that fails the check is saved to `failed_dir` instead (never over a good screenshot). A
-    chart not drawn is looked at again three times, 1.5 s apart, before it counts: the live demo's
-    pages rerun every 2 s and redraw their charts."""
+    chart not drawn is looked at again three times, each once the page has settled (`settle`), before
+    it counts: the live demo's pages rerun every 2 s and redraw their charts."""
     tall(page)
     try:
         defects = page_defects(page)
         for _ in range(3):  # a live page reruns every 2 s: a chart caught mid-redraw is drawn again
             if not defects or not all(d.startswith("chart not drawn") for d in defects):
                 break
-            page.wait_for_timeout(1500)
+            settle(page)
             defects = page_defects(page)
         if broker_running:
             defects += badge_defects(page)
