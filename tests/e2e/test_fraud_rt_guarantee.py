@@ -10,13 +10,13 @@ The two guarantees run side by side, each on its own topics, job and checkpoint:
 from __future__ import annotations
 
 import threading
-import time
 import traceback
 
 from bench.harness.fraud_rt import Feeder, RealtimeRun, read_stamps, recovered
 from bench.harness.jobs import wait_for
 
 RATE = 20.0
+IDLE_MS = 500  # a topic read once the feed stopped ends after this long without a record (the last ones: 2 s)
 GUARANTEES = ("at-most-once", "at-least-once")
 
 
@@ -43,21 +43,26 @@ def killed_and_restarted(guarantee, settings, work):
     try:
         run.start()
         run.prime()
+        primed = run.rt_end()
         feeder.start()
-        time.sleep(4)
+        # the fast path decides the feed for a while (2 s of it) before the kill ...
+        wait_for(lambda: run.rt_end() >= primed + 2 * RATE, 60, "the real-time path to decide the feed")
         before = run.rt_end()
         killed_at = run.kill()
         run.start()
         recovered(run, before, timeout=150)
-        time.sleep(3)
+        # ... and fed on for a second once it decides again (each one decided after it is waited for below)
+        mark = len(feeder.sent) + int(RATE)
+        wait_for(lambda: len(feeder.sent) > mark, 60, "a second of feed after the restart")
         feeder.stop()
         fed = list(feeder.sent)
         # the accurate companion decides every transaction exactly once, whatever the fast path did
-        wait_for(lambda: set(fed) <= {t for t, _ in read_stamps(settings, run.dec)}, 120, "the stateful path")
+        wait_for(lambda: set(fed) <= {t for t, _ in read_stamps(settings, run.dec, IDLE_MS)}, 120, "the stateful path")
         if guarantee == "at-least-once":
-            wait_for(lambda: set(fed) <= {t for t, _ in read_stamps(settings, run.rt)}, 30, "the replay")
-        else:
-            time.sleep(2)
+            wait_for(lambda: set(fed) <= {t for t, _ in read_stamps(settings, run.rt, IDLE_MS)}, 30, "the replay")
+        else:  # what came after the restart is decided by the fast path: the last one fed too
+            wait_for(lambda: fed[-1] in {t for t, _ in read_stamps(settings, run.rt, IDLE_MS)}, 30,
+                     "the real-time path to decide the last transaction fed")
         docs: list[dict] = []
         rt = read_stamps(settings, run.rt, docs=docs)
         runs = run.runs()
