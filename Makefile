@@ -40,13 +40,18 @@ cluster-down:
 	@if [ -x $(PY) ]; then $(PY) -m infra.cluster down; else echo "nothing to stop: run make setup first."; fi
 
 # The test session starts its own broker (port 19092, data under .run/test) and stops it. The
-# last lines make sure nothing of the run is left: the broker and the cluster tier's Spark master
-# and workers are stopped even when pytest itself was killed, and any other process of the run (a
-# Spark JVM, a job, Streamlit, Chromium) is named and stopped, which fails the run.
+# tests run in TEST_LANES lanes (pytest-xdist workers; each test file whole in one lane, the second
+# lane with its own broker, ports and run folder .run/test/lane-1: tests/conftest.py); TEST_LANES=0
+# runs them one after another in one process. The last lines make sure nothing of the run is left:
+# the broker and the cluster tier's Spark master and workers are stopped even when pytest itself
+# was killed, and any other process of the run (a Spark JVM, a job, Streamlit, Chromium) is named
+# and stopped, which fails the run.
+TEST_LANES ?= 2
 test: setup browser
 	@rm -rf $(TEST_RUN_DIR)
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  CARDSTREAM_RUN_DIR=$(TEST_RUN_DIR) $(PY) -m infra.cluster down >/dev/null; \
+	@$(PY) -m pytest -n $(TEST_LANES) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	  for d in $(TEST_RUN_DIR) $(TEST_RUN_DIR)/lane-*; do \
+	    [ -d $$d ] && CARDSTREAM_RUN_DIR=$$d $(PY) -m infra.cluster down >/dev/null; done; \
 	  $(PY) -m infra.leftovers --marker=$(TEST_RUN_DIR) --kill || rc=1; exit $$rc
 
 # The unit tier alone: no broker, no Spark, no browser (under two minutes).

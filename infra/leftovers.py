@@ -2,10 +2,10 @@
 
 `make test` ends with it: a test run must leave nothing of its own behind (a Spark JVM, a
 broker, a job, Streamlit, Chromium). A process belongs to the run when its command line names
-the run's folder (the broker's config) or its environment has CARDSTREAM_RUN_DIR set to it
-(every job, JVM, Streamlit and browser the tests start inherits it), so a demo running from the
-same checkout is left alone. With `--kill` it stops them; it exits 1 whenever it found any,
-naming them.
+the run's folder (the broker's config) or its environment has CARDSTREAM_RUN_DIR set to it or to
+a folder inside it (every job, JVM, Streamlit and browser the tests start inherits it; make test's
+second lane runs in one), so a demo running from the same checkout is left alone. With `--kill` it
+stops them; it exits 1 whenever it found any, naming them.
 """
 from __future__ import annotations
 
@@ -45,7 +45,9 @@ def leftovers(marker: str) -> list[tuple[int, str]]:
             env = (proc / "environ").read_bytes().split(b"\0")
         except (OSError, IndexError):
             continue
-        if cmd and state != "Z" and (marker in cmd or env_mark in env):
+        # a folder inside the run's counts too (make test's second lane runs in <marker>/lane-1)
+        if cmd and state != "Z" and (marker in cmd or any(e == env_mark or e.startswith(env_mark + b"/")
+                                                          for e in env)):
             found.append((int(proc.name), cmd))
     return found
 

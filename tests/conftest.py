@@ -6,7 +6,8 @@ cluster (a Spark standalone master and workers, three brokers, all on loopback),
 `make test-fast`); a unit test that asks for the broker or Spark fails, saying so.
 
 Tests get their own run folder and ports (unless the environment says otherwise), so a running
-demo is never touched, and unique topic names, so tests never read each other's data.
+demo is never touched, and unique topic names, so tests never read each other's data. Under
+`pytest -n 2` (make test) each lane has its own run folder, broker and ports (LANE below).
 """
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ os.environ.setdefault("TOPIC_PARTITIONS", "2")
 os.environ.setdefault("USAGE_TRIGGER_SECONDS", "1")       # the usage queries as often as the fraud job (5 s in the demo)
 os.environ.setdefault("DLQ_TRIGGER_SECONDS", "1")         # the dead-letter query too
 os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's stateful companion (10 s by default)
+# Every Spark driver a test starts (the session's, each job's; spark-submit adds this to the JVM's
+# command line) compiles with C1 alone: a test's JVM lives seconds to minutes, and C2's compiler
+# threads cost more CPU than they give back. Measured on 2 cores, quiet: tests/e2e/test_usage_job.py
+# 67 -> 55 s (84 -> 50 CPU-s), test_replay_crash.py and test_poison_batch.py 146 -> 130 s, tests/spark 78 s both
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# `make test` runs two lanes (pytest-xdist's workers gw0, gw1, each test file whole in one of them):
+# the second gets a run folder inside the first's and ports 10 higher, so each has its own broker
+# (a test that stops its broker stops no other test's) and its own Spark master ports
+LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+if LANE:
+    os.environ["CARDSTREAM_RUN_DIR"] = str(Path(os.environ["CARDSTREAM_RUN_DIR"]) / f"lane-{LANE}")
+    for name in ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT"):
+        os.environ[name] = str(int(os.environ[name]) + 10 * LANE)
 sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
@@ -51,6 +65,31 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, _tier(item)))
     items.sort(key=lambda item: TIERS.index(_tier(item)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (make test's lanes) in the tiers' order, a lane taking its next test file
+    only once it runs the last test of its current one: xdist's own takes the next while two tests
+    are left and reorders files by their number of tests, which left a lane idle for minutes behind
+    the other's queued e2e file (the heavy files hold one or two tests each)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    # deferred: xdist is there only when `-n` is given (make test)
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneFileAhead(LoadFileScheduling):
+        def _reschedule(self, node):
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) <= 1:
+                self._assign_work_unit(node)
+
+    config.option.loadscopereorder = False
+    return OneFileAhead(config, log)
 
 
 def pytest_runtest_setup(item):

@@ -24,7 +24,7 @@ from controlplane.store import connect
 from infra import kafka_client
 from infra.config import ROOT
 from pipelines.guarantees import policy
-from tests.harness.browser import SHOTS, chromium, streamlit
+from tests.harness.browser import SHOTS, chromium, settle, streamlit
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -204,7 +204,7 @@ def test_crash_pressed_in_the_dashboard_is_recovered_and_shown(supervised, tmp_p
         wait_for("the crash marked on the error chart", lambda: any("crash" in m for m in markers()),
                  timeout=30, every=1)
         page.get_by_text("Checkpoints & state").first.wait_for(timeout=30_000)
-        page.wait_for_timeout(1500)
+        settle(page)  # drawn and still
         page.screenshot(path=str(SHOTS / "live-guarantees-after-crash.png"), full_page=True)
 
 
