@@ -91,6 +91,36 @@ def linear_explain(pipeline, frame, features) -> dict:
             "means": [float(frame[f].astype(float).mean()) for f in features]}
 
 
+MODEL_JSON = "model.json"
+
+
+def export(pipeline, features, explain: dict | None = None) -> dict:
+    """A fitted pipeline as the plain JSON the JVM scores with (ModelScore.java), written beside
+    the MLlib files: the features in the assembler's order (a missing value is NaN, as MLlib's
+    VectorAssembler with handleInvalid=keep passes it), and the classifier's parameters, or every
+    tree with its splits, node values and the ensemble's combination rule (ModelScore.export)."""
+    from pyspark.sql import SparkSession
+
+    assembler, classifier = pipeline.stages[0], pipeline.stages[-1]
+    if list(assembler.getInputCols()) != list(features):
+        raise ValueError(f"the pipeline's assembler reads {assembler.getInputCols()}, not {list(features)}")
+    jvm = SparkSession.getActiveSession()._jvm
+    scoring = json.loads(jvm.cardstream.fraud.ModelScore.export(classifier._java_obj))
+    if "logistic" in scoring:
+        scoring["logistic"]["means"] = list((explain or {}).get("means") or [0.0] * len(features))
+    return {"format": 1, "kind": type(classifier).__name__, "features": list(features),
+            "assembler": {"handleInvalid": assembler.getHandleInvalid()}, **scoring}
+
+
+def write_export(pipeline, features, folder: Path, explain: dict | None = None) -> Path:
+    """export() as `folder`/model.json, whole or not at all."""
+    path = Path(folder) / MODEL_JSON
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(export(pipeline, features, explain)))
+    tmp.replace(path)
+    return path
+
+
 def explanation(contributions: dict, values: dict):
     """JSON of the TOP_REASONS largest contributions by size: [{feature, value, share}], `share`
     being the contribution's part of the sum of all their sizes (Spark SQL, in the JVM)."""

@@ -163,6 +163,8 @@ def train(spark, s: Settings, start: dt.date, end: dt.date, delay_days: int, as_
     version = models.register(db, row)
     path = models.models_dir(s.store_path.parent) / f"v{version}"
     pipeline.write().overwrite().save(str(path))
+    # beside the MLlib files, what the JVM scores with (the real-time path: ModelScore.java)
+    models.write_export(pipeline, features, path, json.loads(row["explain"]) if row["explain"] else None)
     with db.conn:
         db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
     progress(f"train: model {version} ({kind}, {params}) fitted on {len(train_rows):,} payments in {fit_s:.1f} s, "
