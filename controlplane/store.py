@@ -98,6 +98,14 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "audit_cuts": ({"name": str, "state": str, "updated_at": int}, "name"),
     # dead letters seen by the fraud job, counted by reason
     "dead_letters": ({"reason": str, "count": int, "updated_at": int}, "reason"),
+    # records a job read and did not keep, per batch and kind (nothing dropped without a trace):
+    # "rejected", decisions a usage query left out as breaking the contract (from its progress's
+    # observed metric; detail: the reasons, JSON); "repeated", decisions the fraud job's store
+    # sink did not keep because their txn_id was decided before (the store keeps the first, the
+    # decisions topic has both; detail: up to ten of the txn_ids, JSON). `checkpoint`: the
+    # query's checkpoint, within which a batch id means something
+    "not_kept": ({"job": str, "query": str, "checkpoint": str, "batch_id": int, "kind": str, "count": int,
+                  "detail": str, "ts": int}, ("query", "checkpoint", "batch_id", "kind")),
     # every failure of a streaming query, as its job's QueryRunner saw it: the batch it failed on
     # (id and Kafka range, from Spark's offset log), the error signature (exception class and
     # first message line), how many identical failures in a row it makes, and what the runner did

@@ -1,5 +1,6 @@
 """Faults: the command log (every fault and control, its life and outcome), the recovery times the
-supervisor measured, the writes fencing rejected, and the dead letters."""
+supervisor measured, the writes fencing rejected, the dead letters, and what the jobs read and did
+not keep."""
 from __future__ import annotations
 
 import json
@@ -68,6 +69,41 @@ def rejected_total(db) -> int:
 def dead_letters(db) -> pd.DataFrame:
     """Malformed input the fraud job sent to the dead-letter topic, counted by reason."""
     return frame(db, "SELECT reason, count, updated_at FROM dead_letters ORDER BY count DESC LIMIT 50")
+
+
+NOT_KEPT_SEP = "\n"  # between the JSON details GROUP_CONCAT joins (JSON text holds no raw newline)
+
+
+def not_kept_why(kind: str, details: str | None) -> str:
+    """One sentence for a `not_kept` group: what was not kept and why, from its rows' JSON details
+    (the rejection reasons, or the repeated txn_ids) (pure)."""
+    named: list[str] = []
+    for detail in (details or "").split(NOT_KEPT_SEP):
+        try:
+            values = json.loads(detail)
+        except ValueError:
+            continue
+        named += [str(v) for v in values if str(v) not in named] if isinstance(values, list) else []
+    named.sort()
+    if kind == "rejected":
+        return "decisions breaking the contract, not counted" + (f" ({', '.join(named)})" if named else "")
+    if kind == "repeated":
+        shown = ", ".join(named[:5]) + (" …" if len(named) > 5 else "")
+        return ("txn_ids decided before: the store keeps the first decision, the decisions topic has every one"
+                + (f" (e.g. {shown})" if named else ""))
+    return kind
+
+
+def not_kept(db) -> pd.DataFrame:
+    """Records a job read and did not keep (`not_kept`), per job, query and kind: how many, over how
+    many batches, the last time, and why in words. Nothing is dropped without a trace: the usage
+    queries' rejected decisions and the fraud store's repeated txn_ids end here."""
+    df = frame(db, "SELECT job, query, kind, SUM(count) AS count, COUNT(*) AS batches, MAX(ts) AS last_ts, "
+                   f"GROUP_CONCAT(detail, '{NOT_KEPT_SEP}') AS details FROM not_kept "
+                   "GROUP BY job, query, kind ORDER BY count DESC LIMIT 50")
+    df["why"] = [not_kept_why(k, d) for k, d in zip(df["kind"], df["details"])]
+    df["last"] = to_time(df["last_ts"])
+    return df
 
 
 def quarantines(db, limit: int = 20) -> pd.DataFrame:

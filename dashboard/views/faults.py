@@ -71,6 +71,14 @@ def draw(db, s):
         if not dl.empty:
             st.dataframe(dl[["reason", "count"]], hide_index=True, width="stretch",
                          column_config={"count": st.column_config.NumberColumn(format="localized")})
+        kept = data.not_kept(db)
+        st.metric("Read, not kept", fmt.count(kept["count"].sum() if not kept.empty else 0), border=True,
+                  help="Records a job read and did not keep, each counted with why: decisions a usage query "
+                       "rejected as breaking the contract, and decisions the fraud job's store did not keep "
+                       "because their txn_id was decided before (the decisions topic has every one).")
+        if not kept.empty:
+            st.dataframe(kept[["query", "count", "why"]], hide_index=True, width="stretch",
+                         column_config={"count": st.column_config.NumberColumn(format="localized")})
         st.metric("Dead-letter sends failed", fmt.count(data.dead_letter_send_failures(db)), border=True,
                   help="Dead-letter batches (and poison records) whose Kafka transaction failed; each is retried "
                        "until it is sent, and decisions go on meanwhile.")

@@ -2,7 +2,9 @@
 
 One row per progress event in `batch_progress`: rates, durations, state rows and memory, rows
 dropped by the watermark, rows the state evicted, the watermark and the newest event time, offsets, and the query's checkpoint. The dashboard
-and the supervisor (last committed batch, recovery time) read it from there.
+and the supervisor (last committed batch, recovery time) read it from there. A batch whose query
+rejected decisions (the observed metric of `parse_decisions`) gets a `not_kept` row too: Spark
+reports them only in the progress, which nobody else keeps.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pyspark.sql.streaming.listener import QueryProgressEvent, StreamingQueryPro
 
 from controlplane.clock import now_ms
 from controlplane.store import connect
+from pipelines.engine.sources import DECISIONS_REJECTED
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,26 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
     }
 
 
+def rejected_row(progress, checkpoints: dict[str, str], job: str) -> dict | None:
+    """The `not_kept` row of the decisions a batch rejected (its `rejected_decisions` observed
+    metric), or None when it rejected none (pure)."""
+    metric = (progress.observedMetrics or {}).get(DECISIONS_REJECTED)
+    rejected = int(metric["rejected"] or 0) if metric is not None else 0
+    if not rejected:
+        return None
+    name = progress.name or str(progress.id)
+    return {"job": job, "query": name, "checkpoint": checkpoints.get(progress.name or "", ""),
+            "batch_id": progress.batchId, "kind": "rejected", "count": rejected,
+            "detail": json.dumps(sorted(metric["reasons"] or [])), "ts": now_ms()}
+
+
 class ProgressRecorder(StreamingQueryListener):
     """Writes each query progress to the store; never lets a store error reach Spark."""
 
-    def __init__(self, store_path: str | Path, checkpoints: dict[str, str] | None = None):
+    def __init__(self, store_path: str | Path, checkpoints: dict[str, str] | None = None, job: str = ""):
         self.store_path = store_path
         self.checkpoints = checkpoints or {}
+        self.job = job
         self._db = None
 
     def _store(self):
@@ -76,6 +93,9 @@ class ProgressRecorder(StreamingQueryListener):
         try:
             row = progress_row(event.progress, self.checkpoints)
             self._store()["batch_progress"].upsert(row, pk=("query", "batch_id", "ts"))
+            rejected = rejected_row(event.progress, self.checkpoints, self.job)
+            if rejected:  # a batch run again after a restart reports its rejects again: one row per batch
+                self._store()["not_kept"].upsert(rejected, pk=("query", "checkpoint", "batch_id", "kind"))
         except Exception as exc:  # metrics must never stop the job
             log.warning("could not record progress: %s", exc)
 
@@ -119,7 +139,8 @@ class JsonBridge:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def install(spark, store_path: str | Path, checkpoints: dict[str, str] | None = None) -> ProgressRecorder:
-    recorder = ProgressRecorder(store_path, checkpoints)
+def install(spark, store_path: str | Path, checkpoints: dict[str, str] | None = None,
+            job: str = "") -> ProgressRecorder:
+    recorder = ProgressRecorder(store_path, checkpoints, job)
     spark.streams.addListener(recorder)
     return recorder

@@ -1,7 +1,9 @@
 """The fraud job's sinks (driver side): the store, the `decisions` topic and the dead-letter topic.
 
 - store `decisions`: fenced, idempotent by txn_id, and recorded in the sink ledger with the
-  batch's Kafka range (what the auditor's consistent cut reads).
+  batch's Kafka range (what the auditor's consistent cut reads). A txn_id decided before (a
+  producer that sent it twice) keeps its first decision in the store while the topic gets both:
+  the batch's `not_kept` row counts those, in the same SQLite transaction.
 - Kafka `decisions`: exactly once. One Kafka transaction per batch holds the batch's decisions and
   a marker of (checkpoint id, batch id) in the markers topic; a replayed batch whose marker is
   already committed is skipped. The transactional id is the job's, so a new instance's
@@ -33,6 +35,7 @@ from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
 from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
 from pipelines.fraud.features import FEATURE_LOG_FIELDS
+from pipelines.fraud.realtime import TERMINALS_FILE, TerminalTable
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -83,6 +86,36 @@ def batch_payloads(table, decided_at: int, batch_id: int) -> tuple[list[str], li
     columns = [[decided_at] * n if c == "decided_at" else [batch_id] * n if c == "batch_id"
                else table.column(c).to_pylist() for c in DECISION_COLUMNS]
     return ids, list(zip(*columns)), decisions, features
+
+
+REPEATED_SHOWN = 10  # txn_ids a `not_kept` row names of the repeats it counts
+
+
+def repeated_ids(conn, ids: list[str], decided_at: int, batch_id: int, limit: int = REPEATED_SHOWN) -> list[str]:
+    """Up to `limit` txn_ids of a batch just inserted that the store did not keep: twice in the
+    batch, or decided by an earlier batch (whose row has another decided_at or batch id)."""
+    found = {t for t, n in Counter(ids).items() if n > 1}
+    for i in range(0, len(ids), 500):
+        if len(found) >= limit:
+            break
+        chunk = ids[i:i + 500]
+        found.update(r[0] for r in conn.execute(
+            f"SELECT txn_id FROM decisions WHERE txn_id IN ({', '.join('?' for _ in chunk)}) "
+            "AND NOT (decided_at = ? AND batch_id = ?) LIMIT ?", [*chunk, decided_at, batch_id, limit]))
+    return sorted(found)[:limit]
+
+
+def count_repeated(conn, batch: ledger.Batch, ids: list[str], kept: int, decided_at: int) -> int:
+    """Record the decisions of `batch` the store did not keep (`not_kept`, kind "repeated"): the
+    store keeps a txn_id's first decision, Kafka gets every one. Returns how many."""
+    repeated = len(ids) - kept
+    if repeated > 0:
+        conn.execute("INSERT INTO not_kept (job, query, checkpoint, batch_id, kind, count, detail, ts) "
+                     "VALUES (?, ?, ?, ?, 'repeated', ?, ?, ?) ON CONFLICT (query, checkpoint, batch_id, kind) "
+                     "DO UPDATE SET count = excluded.count, detail = excluded.detail, ts = excluded.ts",
+                     (JOB, batch.sink, batch.checkpoint_id, batch.batch_id, repeated,
+                      json.dumps(repeated_ids(conn, ids, decided_at, batch.batch_id)), now_ms()))
+    return max(repeated, 0)
 
 
 def decision_records(rows: list[dict], decided_at: int, batch_id: int) -> list[dict]:
@@ -377,6 +410,8 @@ class Sinks:
     def __init__(self, o, s: Settings, epoch: int, faults: Faults | None = None):
         self.o, self.s, self.epoch = o, s, epoch
         self.write_profiles = o.mode == "realtime"  # the real-time path reads the profiles we keep
+        # ... and the terminal features of our decisions (the real-time model's, pipelines/fraud/realtime.py)
+        self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE) if o.mode == "realtime" else None
         self.db = connect(o.store_path)
         self.dlq_db = connect(o.store_path)  # the dead-letter query runs on its own thread
         self.faults = faults
@@ -455,13 +490,19 @@ class Sinks:
         try:
             with fencing.fenced_write(self.db, JOB, self.epoch, what) as conn:
                 if ledger.apply_once(conn, batch, self.epoch):
-                    conn.executemany(_INSERT, store_rows)
+                    kept = conn.executemany(_INSERT, store_rows).rowcount
+                    count_repeated(conn, batch, ids, kept, decided_at)
                     if self.write_profiles:
                         write_profiles(conn, table.select(["card_id", *PROFILE_COLUMNS]).to_pylist())
             clock.lap("store_ms")
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(
                 batch_id, payloads, {self.o.features_topic: features})
             clock.lap("kafka_ms")
+            if self.terminals is not None:
+                try:
+                    self.terminals.update(table)
+                except OSError as exc:  # the real-time path keeps the table it has; decisions go on
+                    log.warning("could not publish the terminal features for the real-time path: %s", exc)
             clock.record(self.db, JOB, batch_id, len(ids))
         except (fencing.FencedError, Fenced) as exc:
             self.fenced(self.db, exc, what)

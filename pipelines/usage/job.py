@@ -238,7 +238,7 @@ class UsageJob:
                 self.shutdown()
                 return 0
         # after the standby's rehearsal: its batches are no batches of the job's
-        metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters})
+        metrics.install(self.spark, s.store_path, {n: str(checkpoint_dir(s, n)) for n in starters}, job=JOB)
         self.epoch = fencing.take_lease(self.db, JOB)
         record_ui(self.db, JOB, self.spark)
         self.heartbeat = Heartbeat(s.store_path, JOB, self.epoch)

@@ -38,3 +38,41 @@ def test_each_batch_progress_lands_in_the_store(spark, tmp_path):
     assert rows[1]["state_rows"] == 3  # three keys in the aggregation's state
     assert json.loads(rows[1]["end_offsets"])[0]  # the file source's offset, as Spark's JSON
     assert rows[0]["checkpoint"] == str(tmp_path / "checkpoint")
+
+
+def test_a_batch_s_rejected_decisions_are_stored(spark, settings, tmp_path):
+    """The decisions a usage-style query rejects (parse_decisions' observed metric, which Spark keeps
+    only in the progress) land in `not_kept` with their reasons, one row per batch."""
+    from pyspark.sql import functions as F
+
+    from pipelines.engine.sources import parse_decisions
+
+    store = tmp_path / "store.db"
+    connect(store)
+    now = int(time.time() * 1000)
+    decision = {"txn_id": "t", "card_id": "c-1", "event_time": now - 1000, "is_fraud": False}
+    values = ([json.dumps({**decision, "txn_id": f"t-{i}"}).encode() for i in range(4)]
+              + [json.dumps({**decision, "txn_id": ""}).encode(), b"{oops"])
+    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", len(values))
+              .option("startTimestamp", now).load().where(F.col("value") < len(values))
+              .select(F.element_at(F.array(*[F.lit(v) for v in values]), (F.col("value") + 1).cast("int")).alias("value"),
+                      F.lit(0).alias("partition"), F.col("value").alias("offset"), F.col("timestamp")))
+    checkpoint = str(tmp_path / "cp")
+    recorder = metrics.install(spark, store, {"usage-rejects-test": checkpoint}, job="usage")
+    try:
+        query = (parse_decisions(stream, s=settings).writeStream.queryName("usage-rejects-test")
+                 .foreachBatch(lambda df, _: df.count())
+                 .option("checkpointLocation", checkpoint).trigger(once=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+        db = connect(store)
+        deadline = time.monotonic() + 30  # the listener runs on Spark's listener thread, after the batch
+        while time.monotonic() < deadline and not db["not_kept"].count_where("query = 'usage-rejects-test'"):
+            time.sleep(0.2)
+        rows = list(db["not_kept"].rows_where("query = 'usage-rejects-test'"))
+    finally:
+        spark.streams.removeListener(recorder)
+    assert len(rows) == 1, rows
+    assert rows[0]["count"] == 2 and rows[0]["kind"] == "rejected" and rows[0]["job"] == "usage"
+    assert rows[0]["batch_id"] == 0 and rows[0]["checkpoint"] == checkpoint
+    assert json.loads(rows[0]["detail"]) == ["empty txn_id", "malformed JSON"]
