@@ -1,4 +1,9 @@
-"""Overview: rates in and out, decision latency, the jobs, and each query's consumer lag."""
+"""Overview: rates in and out, decision latency, the jobs, and each query's consumer lag.
+
+Decision latency is measured as `bench latency` measures it: the decision's append time on its
+Kafka topic minus its transaction's append time on the transactions topic, both the broker's clock
+(dashboard.data.kafka.append_latencies); frames of it carry `tx_appended`, `dec_appended` and
+`latency_ms`."""
 from __future__ import annotations
 
 import json
@@ -8,7 +13,8 @@ import pandas as pd
 from dashboard.data.store import frame, now_ms, to_time
 
 LATENCY_GOAL_MS = 20
-RECENT_DECISIONS = 5000
+RECENT_DECISIONS = 2000
+LATENCY_COLUMNS = ["tx_appended", "dec_appended", "latency_ms"]
 
 
 def rates(db, now: int | None = None, window_s: int = 10) -> dict:
@@ -32,11 +38,11 @@ def rates(db, now: int | None = None, window_s: int = 10) -> dict:
             "decisions": n, "window_s": window_s}
 
 
-def recent_latencies(db, limit: int = RECENT_DECISIONS) -> pd.DataFrame:
-    """decided_at, produced_at, latency_ms of the most recent decisions (decided_at − produced_at)."""
-    return frame(db, "SELECT decided_at, produced_at, decided_at - produced_at AS latency_ms FROM decisions "
-                     "WHERE decided_at IS NOT NULL AND produced_at IS NOT NULL "
-                     "ORDER BY decided_at DESC LIMIT ?", [limit])
+def latency_frame(pairs: list[tuple[int, int]]) -> pd.DataFrame:
+    """(transaction appended, decision appended) pairs, ms on the broker's clock -> a latency frame."""
+    df = pd.DataFrame(pairs, columns=LATENCY_COLUMNS[:2], dtype="int64")
+    df["latency_ms"] = df["dec_appended"] - df["tx_appended"]
+    return df
 
 
 # --- the start: what is starting, and the decisions that waited for it ---------------------------
@@ -104,31 +110,20 @@ def warmup(db) -> dict | None:
             "batch_started": int(first["started"]), "batch_done": int(first["ts"])}
 
 
-def split_warmup(latencies: pd.DataFrame, start: dict | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(steady, warm-up) decisions: warm-up = produced before the fraud job's first batch of its
-    current instance started and decided after that (they waited through the start)."""
-    if start is None or latencies.empty:
-        return latencies, latencies.head(0)
-    cut = start["batch_started"]
-    warm = (latencies["produced_at"] < cut) & (latencies["decided_at"] >= cut)
-    return latencies[~warm], latencies[warm]
+def split_warmup(latencies: pd.DataFrame, cut: int | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(steady, warm-up) decisions: warm-up = the transaction reached Kafka before `cut` (the
+    start of the fraud job's first batch of its current instance, or of its real-time query) and
+    its decision after it: they waited through the start."""
+    if cut is None or latencies.empty:
+        return latencies.reset_index(drop=True), latencies.head(0)
+    warm = (latencies["tx_appended"] < cut) & (latencies["dec_appended"] >= cut)
+    return latencies[~warm].reset_index(drop=True), latencies[warm].reset_index(drop=True)
 
 
 def rt_start(db) -> int | None:
     """When the fraud job's real-time query last started (fraud_rt_runs); None: it never ran."""
     row = db.conn.execute("SELECT MAX(started_at) FROM fraud_rt_runs").fetchone()
     return int(row[0]) if row and row[0] is not None else None
-
-
-def rt_latencies(pairs: list[tuple[int, int]], started_at: int | None) -> tuple[pd.DataFrame, int]:
-    """The real-time path's (produced_at, decided_at) pairs as latencies, without its warm-up: the
-    decisions of transactions produced before its query last started. (frame, warm-up count)"""
-    df = pd.DataFrame(pairs, columns=["produced_at", "decided_at"])
-    df["latency_ms"] = df["decided_at"] - df["produced_at"]
-    if started_at is None or df.empty:
-        return df, 0
-    warm = (df["produced_at"] < started_at) & (df["decided_at"] >= started_at)
-    return df[~warm].reset_index(drop=True), int(warm.sum())
 
 
 # --- the timeline: every command with its outcome and recovery ---------------------------------
@@ -162,7 +157,7 @@ def latency_series(latencies: pd.DataFrame, bucket_s: int = 5) -> pd.DataFrame:
     """Per time bucket: p50, p95, p99 latency (ms) and decisions per second."""
     if latencies.empty:
         return pd.DataFrame(columns=["time", "p50", "p95", "p99", "decisions_per_s"])
-    df = latencies.assign(bucket=(latencies["decided_at"] // (bucket_s * 1000)) * bucket_s * 1000)
+    df = latencies.assign(bucket=(latencies["dec_appended"] // (bucket_s * 1000)) * bucket_s * 1000)
     grouped = df.groupby("bucket")["latency_ms"]
     out = pd.DataFrame({
         "p50": grouped.quantile(0.50), "p95": grouped.quantile(0.95), "p99": grouped.quantile(0.99),
@@ -195,6 +190,28 @@ def job_status(db, now: int | None = None) -> pd.DataFrame:
     else:
         df["spark_ui"] = pd.Series(dtype=object)
     return df
+
+
+def standby_gaps(jobs: pd.DataFrame) -> list[str]:
+    """A sentence per Spark job with no ready warm standby (a crash of it now is a cold restart),
+    from job_status; one sentence when the supervisor keeps no standby at all."""
+    if jobs.empty:
+        return []
+    status = dict(zip(jobs["job"], jobs["status"]))
+    detail = dict(zip(jobs["job"], jobs["detail"].fillna("")))
+    running = [j for j in ("fraud", "usage") if status.get(j) == "running"]
+    if running and not any(f"{j}-standby" in status for j in running):
+        return [f"No warm standby: the supervisor runs without one (`--standby`, STANDBY=1), so a crash of "
+                f"{' or '.join(running)} is a cold restart: a new driver and Spark JVM."]
+    out = []
+    for job in running:
+        state = status.get(f"{job}-standby")
+        if state is not None and state != "ready":
+            why = detail.get(f"{job}-standby") or state
+            then = ("waits for that standby's session to come up" if state == "standby"  # its process started
+                    else "is a cold restart: a new driver and Spark JVM")
+            out.append(f"{job} has no ready standby ({why}): a crash of it now {then}.")
+    return out
 
 
 # --- consumer lag ---------------------------------------------------------------------------------

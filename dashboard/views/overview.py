@@ -1,10 +1,12 @@
 """Overview: is CardStream keeping up? Rates in and out, fraud share, latency vs 20 ms, jobs, lag."""
+from dataclasses import dataclass
+
 import pandas as pd
 import streamlit as st
 
 from dashboard import charts, fmt, measured, ui
 from dashboard.data import kafka, overview as data
-from dashboard.data.faults import dead_letters
+from dashboard.data.faults import dead_letters, not_kept
 from dashboard.data.store import now_ms, to_time
 from dashboard.views import text
 
@@ -13,18 +15,63 @@ st.caption("Transactions in, decisions out, how fast, and whether the jobs keep 
            "Times are UTC.")
 
 GOAL = data.LATENCY_GOAL_MS
+MEASURE = ("the decision's Kafka append time minus its transaction's, both the broker's clock, as `python -m "
+           "bench latency` measures: queueing, batching, scoring, the store and the Kafka commit counted")
+
+
+@dataclass
+class Latencies:
+    """One path's newest decisions as latencies (tx_appended, dec_appended, latency_ms): `steady`
+    after its warm-up, `warm` the warm-up left out, `unmatched` decisions whose transaction was not
+    found; `why` (and no frames) when they cannot be read."""
+    topic: str
+    steady: pd.DataFrame | None = None
+    warm: pd.DataFrame | None = None
+    unmatched: int = 0
+    why: str | None = None
+
+    @property
+    def every(self) -> pd.DataFrame:
+        return pd.concat([self.steady, self.warm]).sort_values("dec_appended")
+
+
+def read_latencies(s, topic: str, cut: int | None) -> Latencies:
+    """The newest decisions of `topic` with their transactions' append times, split at `cut`."""
+    try:
+        found = ui.append_latencies(s.kafka_bootstrap, topic, s.topics.transactions)
+    except kafka.BrokerDown as exc:
+        return Latencies(topic, why=f"Kafka {exc}")
+    except kafka.NotAppendTime as exc:
+        return Latencies(topic, why=str(exc))
+    steady, warm = data.split_warmup(data.latency_frame(found.pairs), cut)
+    return Latencies(topic, steady, warm, found.unmatched)
 
 
 def draw(db, s):
     now = now_ms()
+    say_what_is_starting(db, now)
+    start = data.warmup(db)
+    lat = read_latencies(s, s.topics.decisions, start["batch_started"] if start else None)
+    summary = data.latency_summary(lat.steady if lat.why is None else pd.DataFrame(columns=data.LATENCY_COLUMNS))
+    cols = st.columns(6)
+    draw_rate_tiles(cols[:3], data.rates(db, now))
+    draw_latency_tiles(cols[3:], summary, lat)
+    say_latency_rule(start, lat, summary)
+    draw_latency_charts(db, s, lat, start, summary, now)
+    st.subheader("Jobs")
+    draw_jobs(db, s, now)
+    say_what_was_not_kept(db)
+    st.subheader("Consumer lag")
+    draw_lag(db, s)
+    measured.draw(db)
+
+
+def say_what_is_starting(db, now: int) -> None:
     for row in data.startup(db, now):
         st.info(text.starting(row), icon=":material/rocket_launch:")
-    r = data.rates(db, now)
-    every = data.recent_latencies(db)
-    start = data.warmup(db)
-    lat, warm = data.split_warmup(every, start)
-    summary = data.latency_summary(lat)
-    cols = st.columns(6)
+
+
+def draw_rate_tiles(cols, r: dict) -> None:
     cols[0].metric("Tx in /s", fmt.decimal(r["transactions_per_s"]), border=True,
                    help=(f"Input rate of the fraud job's batches in the last {r['rate_window_s']} s "
                          "(Spark's inputRowsPerSecond)." if r["transactions_per_s"] is not None else
@@ -35,77 +82,70 @@ def draw(db, s):
     cols[2].metric("Fraud rate", fmt.percent(r["fraud_rate"]), border=True,
                    help="Share of the last decisions flagged as fraud." if r["fraud_rate"] is not None else
                    f"Empty: no decision in the last {r['window_s']} s.")
-    for col, name in zip(cols[3:], ("p50", "p95", "p99")):
+
+
+def draw_latency_tiles(cols, summary: dict, lat: Latencies) -> None:
+    """p50, p95, p99 of the stateful path's latency after the warm-up, each against the goal."""
+    for col, name in zip(cols, ("p50", "p95", "p99")):
         value = summary[name]
+        if value is not None:
+            why = f"{MEASURE.capitalize()}; over the newest {summary['n']:,} decisions of `{lat.topic}` after the warm-up."
+        elif lat.why:
+            why = f"Unknown: {lat.why}."
+        elif lat.warm is not None and not lat.warm.empty:
+            why = "Empty: every recent decision belongs to the warm-up (below)."
+        else:
+            why = f"Empty: no decision in `{lat.topic}` yet."
         col.metric(f"Latency {name}", fmt.duration_ms(value),
                    delta=None if value is None else (f"within {GOAL} ms" if value <= GOAL else f"over {GOAL} ms"),
                    delta_color="green" if value is not None and value <= GOAL else "red",
-                   delta_arrow="off", border=True,
-                   help=f"decided_at − produced_at over the newest {summary['n']:,} decisions after the warm-up."
-                   if value is not None else
-                   ("Empty: every recent decision belongs to the warm-up (below)." if not warm.empty
-                    else "Empty: no decision in the store yet."))
-    if not warm.empty:
-        st.caption(text.warmup(start, len(warm)))
-    if summary["n"]:
-        st.caption(f"Latency over the newest {fmt.count(summary['n'])} decisions after the warm-up: "
-                   f"{fmt.percent(summary['within_goal'])} decided within {GOAL} ms.")
-    if not every.empty:
-        series = data.latency_series(every)
-        # the warm-up on the time axis: from the first batch's start to the last decision that waited for it
-        shade = ({"start": to_time(pd.Series([start["batch_started"]])).iloc[0],
-                  "end": to_time(warm["decided_at"]).max()} if not warm.empty else None)
-        commands = data.timeline(db, int(every["decided_at"].min()) - 60_000, now)
-        left, right = st.columns([7, 3])
-        left.plotly_chart(charts.overview_timeline(series, GOAL, commands, shade), width="stretch")
-        if commands.empty:
-            left.caption("No command (fault or control) issued while these decisions were made: the timeline "
-                         "row is empty.")
-        else:
-            left.caption("Each command is a diamond at the time it ran (green done, red failed, amber running, "
-                         "grey waiting); a fault the supervisor measured has a bar from the kill to the first "
-                         "new batch with rows, labelled with its recovery time and how (standby or restart).")
-        if summary["n"]:
-            right.plotly_chart(charts.latency_histogram(lat, GOAL, "stateful"), width="stretch")
-            right.caption("Stateful path: the fraud job's decisions in the store (`decisions`).")
-        else:
-            with right:
-                ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
-        with right:
-            draw_rt_histogram(db, s)
-    else:
-        ui.no_data("no decisions in the store — start the simulator and the fraud job.")
+                   delta_arrow="off", border=True, help=why)
 
-    st.subheader("Jobs")
-    master_ui = data.cluster_ui(s)
-    if master_ui:
-        st.markdown(f"The jobs run on the Spark standalone cluster `{s.spark_master}`: its master's UI, with "
-                    f"the workers, applications and executors, is [{master_ui}]({master_ui}).")
-    jobs = data.job_status(db, now)
-    if jobs.empty:
-        ui.no_data("the supervisor has not reported any job.")
+
+def say_latency_rule(start: dict | None, lat: Latencies, summary: dict) -> None:
+    """What the latency figures are, the warm-up they leave out and what could not be matched."""
+    if lat.why:
+        st.warning(f"Decision latency unknown: {lat.why}.", icon=":material/cloud_off:")
+        return
+    if not lat.warm.empty:
+        st.caption(text.warmup(start, len(lat.warm)))
+    if summary["n"]:
+        st.caption(f"Latency over the newest {fmt.count(summary['n'])} decisions of `{lat.topic}` after the warm-up: "
+                   f"{fmt.percent(summary['within_goal'])} decided within {GOAL} ms. Latency is {MEASURE}.")
+    if lat.unmatched:
+        st.caption(f"{fmt.count(lat.unmatched)} of the newest decisions are left out: their transaction was not "
+                   "found in the part of the transactions topic read (from shortly before the oldest decision's "
+                   "production).")
+
+
+def draw_latency_charts(db, s, lat: Latencies, start: dict | None, summary: dict, now: int) -> None:
+    """The latency and command timeline beside the two paths' histograms."""
+    if lat.why:
+        return
+    every = lat.every
+    if every.empty:
+        ui.no_data(f"no decision in `{lat.topic}` (Kafka) yet — start the simulator and the fraud job.")
+        return
+    # the warm-up on the time axis: from the first batch's start to the last decision that waited for it
+    shade = ({"start": to_time(pd.Series([start["batch_started"]])).iloc[0],
+              "end": to_time(lat.warm["dec_appended"]).max()} if not lat.warm.empty else None)
+    commands = data.timeline(db, int(every["dec_appended"].min()) - 60_000, now)
+    left, right = st.columns([7, 3])
+    left.plotly_chart(charts.overview_timeline(data.latency_series(every), GOAL, commands, shade), width="stretch")
+    if commands.empty:
+        left.caption("No command (fault or control) issued while these decisions were made: the timeline "
+                     "row is empty.")
     else:
-        ids = {c: jobs[c].map(lambda v: fmt.NONE if fmt._missing(v) else str(int(v))) for c in ("last_batch", "pid")}
-        shown = jobs.assign(**ids, spark_ui=jobs["spark_ui"].fillna(""))
-        st.dataframe(shown[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "spark_ui", "detail"]],
-                     hide_index=True, width="stretch",
-                     column_config={"seen_s_ago": st.column_config.NumberColumn("seen", format="%.1f s ago"),
-                                    "spark_ui": st.column_config.LinkColumn("Spark UI", display_text=r"https?://(.*)"),
-                                    "last_batch": st.column_config.TextColumn("last batch"),
-                                    "restarts": st.column_config.NumberColumn(format="%d")})
-        with_ui = jobs["spark_ui"].notna().sum()
-        st.caption(f"Spark UI: {fmt.count(with_ui)} of the Spark processes link theirs (each job and standby "
-                   "has its own port, 4040 or the next free one, on 127.0.0.1). A Spark job without a link "
-                   "is still starting its session, or runs with SPARK_UI=0." if with_ui else
-                   "Spark UI: no process links one yet — a Spark job writes its UI's address once its "
-                   "session is up; SPARK_UI=0 turns the UI off.")
-    dl = dead_letters(db)
-    if not dl.empty:
-        st.caption(f"Bad input sent to the dead-letter topic: {fmt.count(dl['count'].sum())} messages "
-                   f"({', '.join(f'{r.reason}: {fmt.count(r.count)}' for r in dl.itertuples())}).")
-    st.subheader("Consumer lag")
-    draw_lag(db, s)
-    measured.draw(db)
+        left.caption("Each command is a diamond at the time it ran (green done, red failed, amber running, "
+                     "grey waiting); a fault the supervisor measured has a bar from the kill to the first "
+                     "new batch with rows, labelled with its recovery time and how (standby or restart).")
+    with right:
+        if summary["n"]:
+            st.plotly_chart(charts.latency_histogram(lat.steady, GOAL, "stateful"), width="stretch")
+            st.caption(f"Stateful path: the fraud job's decisions in `{lat.topic}` (Kafka, exactly once).")
+        else:
+            ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
+        draw_rt_histogram(db, s)
 
 
 def draw_rt_histogram(db, s):
@@ -115,22 +155,61 @@ def draw_rt_histogram(db, s):
         st.caption("Real-time path: none — the fraud job has not run in real-time mode (FRAUD_MODE=realtime), "
                    "so there is no `decisions-rt` latency to show.")
         return
-    try:
-        pairs = ui.rt_latencies(s.kafka_bootstrap, s.topics.decisions_rt)
-    except kafka.BrokerDown as exc:
-        st.caption(f"Real-time path: unknown — Kafka {exc}, and its decisions live only in `decisions-rt`.")
+    rt = read_latencies(s, s.topics.decisions_rt, started)
+    if rt.why:
+        st.caption(f"Real-time path: unknown — {rt.why}, and its decisions live only in `{rt.topic}`.")
         return
-    rt, warm = data.rt_latencies(pairs, started)
-    if rt.empty:
-        ui.no_data(f"no real-time decision in `{s.topics.decisions_rt}` since its query started at "
+    warm = len(rt.warm)
+    if rt.steady.empty:
+        ui.no_data(f"no real-time decision in `{rt.topic}` since its query started at "
                    f"{fmt.clock(started)}" + (f" ({fmt.count(warm)} of its warm-up left out)." if warm else "."))
         return
-    st.plotly_chart(charts.latency_histogram(rt, GOAL, "real-time"), width="stretch")
-    p99 = float(rt["latency_ms"].quantile(0.99))
-    st.caption(f"Real-time path: the newest {fmt.count(len(rt))} decisions in `{s.topics.decisions_rt}` (Kafka), "
-               f"p99 {fmt.duration_ms(p99)}, {fmt.percent((rt['latency_ms'] <= GOAL).mean())} within {GOAL} ms"
-               + (f"; {fmt.count(warm)} of the warm-up (produced before its query started at "
+    st.plotly_chart(charts.latency_histogram(rt.steady, GOAL, "real-time"), width="stretch")
+    p99 = float(rt.steady["latency_ms"].quantile(0.99))
+    st.caption(f"Real-time path: the newest {fmt.count(len(rt.steady))} decisions in `{rt.topic}` (Kafka), "
+               f"p99 {fmt.duration_ms(p99)}, {fmt.percent((rt.steady['latency_ms'] <= GOAL).mean())} within {GOAL} ms"
+               + (f"; {fmt.count(warm)} of the warm-up (in Kafka before its query started at "
                   f"{fmt.clock(started)}) left out." if warm else "."))
+
+
+def draw_jobs(db, s, now: int) -> None:
+    """Each job and standby as the supervisor last wrote it, with its Spark UI."""
+    master_ui = data.cluster_ui(s)
+    if master_ui:
+        st.markdown(f"The jobs run on the Spark standalone cluster `{s.spark_master}`: its master's UI, with "
+                    f"the workers, applications and executors, is [{master_ui}]({master_ui}).")
+    jobs = data.job_status(db, now)
+    if jobs.empty:
+        ui.no_data("the supervisor has not reported any job.")
+        return
+    ids = {c: jobs[c].map(lambda v: fmt.NONE if fmt._missing(v) else str(int(v))) for c in ("last_batch", "pid")}
+    shown = jobs.assign(**ids, spark_ui=jobs["spark_ui"].fillna(""))
+    st.dataframe(shown[["job", "status", "restarts", "last_batch", "seen_s_ago", "pid", "spark_ui", "detail"]],
+                 hide_index=True, width="stretch",
+                 column_config={"seen_s_ago": st.column_config.NumberColumn("seen", format="%.1f s ago"),
+                                "spark_ui": st.column_config.LinkColumn("Spark UI", display_text=r"https?://(.*)"),
+                                "last_batch": st.column_config.TextColumn("last batch"),
+                                "restarts": st.column_config.NumberColumn(format="%d")})
+    for gap in data.standby_gaps(jobs):
+        st.warning(gap, icon=":material/sync_problem:")
+    with_ui = jobs["spark_ui"].notna().sum()
+    st.caption(f"Spark UI: {fmt.count(with_ui)} of the Spark processes link theirs (each job and standby "
+               "has its own port, 4040 or the next free one, on 127.0.0.1). A Spark job without a link "
+               "is still starting its session, or runs with SPARK_UI=0." if with_ui else
+               "Spark UI: no process links one yet — a Spark job writes its UI's address once its "
+               "session is up; SPARK_UI=0 turns the UI off.")
+
+
+def say_what_was_not_kept(db) -> None:
+    """Bad input dead-lettered, and records a job read and did not keep, each with why."""
+    dl = dead_letters(db)
+    if not dl.empty:
+        st.caption(f"Bad input sent to the dead-letter topic: {fmt.count(dl['count'].sum())} messages "
+                   f"({', '.join(f'{r.reason}: {fmt.count(r.count)}' for r in dl.itertuples())}).")
+    kept = not_kept(db)
+    if not kept.empty:
+        st.caption("Read and not kept: " + "; ".join(f"{r.query} {fmt.count(r.count)}, {r.why}"
+                                                     for r in kept.itertuples()) + ".")
 
 
 def draw_lag(db, s):

@@ -37,6 +37,21 @@ EXIT_REFUSED = 2         # the job refused to start (its store and checkpoint di
 log = logging.getLogger("supervisor")
 
 
+def query_pattern(job: str) -> str:
+    """The job's queries in batch_progress (LIKE): the fraud job's decisions query, every usage query."""
+    return "usage-%" if job == "usage" else job
+
+
+def first_batch_pending(db, job: str) -> bool:
+    """Whether none of the job's queries has committed a batch with rows since its lease was last
+    taken (by the active now running)."""
+    lease = db.execute("SELECT taken_at FROM leases WHERE job = ?", [job]).fetchone()
+    if not lease or lease[0] is None:
+        return True
+    return db.execute("SELECT 1 FROM batch_progress WHERE query LIKE ? AND ts > ? AND num_input_rows > 0 LIMIT 1",
+                      [query_pattern(job), lease[0]]).fetchone() is None
+
+
 @dataclass
 class Supervisor:
     s: Settings
@@ -65,8 +80,11 @@ class Supervisor:
             for job in self.jobs:
                 if job in SPARK_JOBS:
                     active = self.children[job]
+                    # the first standby too waits for its active's first batch: on two cores the
+                    # demo's first decision would otherwise wait for four JVMs instead of two
                     self.standbys[job] = Child(f"{job}-standby", active.argv + ["--standby"],
-                                               self.log_dir / f"{job}-standby.log")
+                                               self.log_dir / f"{job}-standby.log", after_first_batch=True,
+                                               detail=f"starts after {job}'s first batch")
         self.faults = FaultExecutor(self)
         self.auditor = LiveAuditor(self.s, lambda: self.stopping)
         self.housekeeper = Housekeeper(self.s, self.long_lived, lambda: self.stopping)
@@ -129,7 +147,7 @@ class Supervisor:
         active.detail = f"standby pid {standby.proc.pid} took over ({why})"
         # the next standby waits for the takeover's first batch (start_standbys): on two cores its
         # JVM start and rehearsal would otherwise share the CPU with that batch
-        standby.proc, standby.status, standby.after_takeover = None, "starting", True
+        standby.proc, standby.status, standby.after_first_batch = None, "starting", True
         standby.restart_at = time.monotonic() + self.s.standby_start_after_takeover_max_s
         standby.detail = "starts after the takeover's first batch"
         standby.log_path = self.log_dir / f"{active.job}-standby-{active.restarts}.log"
@@ -139,9 +157,9 @@ class Supervisor:
         return True
 
     def start_standbys(self) -> None:
-        """A standby starts once its job's active holds a fresh lease (else it would take it), and
-        after a takeover once the new active's first batch with rows committed (its recovery is
-        measured) or STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS passed."""
+        """A standby starts once its job's active holds a fresh lease (else it would take it) and,
+        at the start and after a takeover, once that active's first batch with rows committed or
+        STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS passed since it took the lease."""
         for job, standby in self.standbys.items():
             if standby.proc is not None:
                 if standby.proc.poll() is not None:  # it died: start another after the delay
@@ -150,14 +168,18 @@ class Supervisor:
                     standby.detail = f"exited ({last_line(standby.log_path)})"
                     self._write_status(standby)
                 continue
-            if standby_waits(standby, any(r.job == job for r in self.faults.recoveries), time.monotonic()):
-                continue
             age = fencing.lease_age_ms(self.db, job)
-            if self.children[job].proc is not None and age is not None and age < 2000:
-                self.start(standby)
-                standby.after_takeover = False
-                standby.status, standby.detail = "standby", f"warm standby pid {standby.proc.pid}"
-                self._write_status(standby)
+            if self.children[job].proc is None or age is None or age >= 2000:
+                continue
+            if standby.after_first_batch and standby.restart_at is None:  # the cap counts from the lease
+                standby.restart_at = time.monotonic() + self.s.standby_start_after_takeover_max_s
+            pending = any(r.job == job for r in self.faults.recoveries) or first_batch_pending(self.db, job)
+            if standby_waits(standby, pending, time.monotonic()):
+                continue
+            self.start(standby)
+            standby.after_first_batch = False
+            standby.status, standby.detail = "standby", f"warm standby pid {standby.proc.pid}"
+            self._write_status(standby)
 
     def start_due(self) -> None:
         for child in self.children.values():

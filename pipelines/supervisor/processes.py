@@ -53,15 +53,16 @@ class Child:
     status: str = "starting"
     detail: str = ""
     expected_exit: bool = False  # killed on purpose (crash fault): restart after the plain delay
-    after_takeover: bool = False  # a standby slot emptied by a takeover: waits for its first batch
+    # a standby slot that starts only after its active's first batch with rows: at the start and
+    # after a takeover (on two cores its JVM start and rehearsal would share the CPU with that batch)
+    after_first_batch: bool = False
 
 
-def standby_waits(slot: Child, takeover_pending: bool, now: float) -> bool:
-    """Whether an empty standby slot must not start yet (monotonic `now`). After a takeover it
-    waits for the new active's first batch with rows (`takeover_pending`: its recovery not measured
-    yet), at most until `restart_at`, the cap; otherwise until `restart_at`, a dead standby's
-    backoff, if any."""
-    if slot.after_takeover and not takeover_pending:
+def standby_waits(slot: Child, first_batch_pending: bool, now: float) -> bool:
+    """Whether an empty standby slot must not start yet (monotonic `now`). At the start and after a
+    takeover it waits for its active's first batch with rows (`first_batch_pending`), at most until
+    `restart_at`, the cap; otherwise until `restart_at`, a dead standby's backoff, if any."""
+    if slot.after_first_batch and not first_batch_pending:
         return False
     return slot.restart_at is not None and now < slot.restart_at
 

@@ -70,3 +70,24 @@ def test_empty_store(store):
     assert data.rates(store, NOW)["fraud_rate"] is None and data.rates(store, NOW)["transactions_per_s"] is None
     assert data.latency_series(data.recent_latencies(store)).empty
     assert data.job_status(store, NOW).empty and data.last_batch_offsets(store) == {}
+
+
+def test_a_job_without_a_ready_standby_is_said():
+    """Issue 36 item 3: a crash without a ready standby is a cold restart; the Overview says when."""
+    import pandas as pd
+
+    def jobs(*rows):
+        return pd.DataFrame(rows, columns=["job", "status", "detail"])
+
+    ready = jobs(("fraud", "running", ""), ("fraud-standby", "ready", "warm standby pid 7, session up"),
+                 ("usage", "running", ""), ("usage-standby", "ready", "warm standby pid 8, session up"))
+    assert data.standby_gaps(ready) == []
+    waiting = jobs(("fraud", "running", ""), ("fraud-standby", "starting", "starts after fraud's first batch"),
+                   ("usage", "running", ""), ("usage-standby", "standby", "warm standby pid 8"))
+    fraud, usage = data.standby_gaps(waiting)
+    assert fraud.startswith("fraud has no ready standby (starts after fraud's first batch)") and "cold restart" in fraud
+    assert usage.startswith("usage has no ready standby") and "waits for that standby's session" in usage
+    (none,) = data.standby_gaps(jobs(("fraud", "running", ""), ("usage", "running", "")))
+    assert "without one" in none and "fraud or usage" in none
+    stopped = jobs(("fraud", "stopped", ""), ("fraud-standby", "stopped", "supervisor stopped"))
+    assert data.standby_gaps(stopped) == [] and data.standby_gaps(jobs()) == []

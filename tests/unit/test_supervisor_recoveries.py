@@ -2,6 +2,7 @@
 that just ran for it (crash-after-sink's own kill) or called an `exit`, and how it came back."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,11 +42,32 @@ def test_after_a_takeover_the_next_standby_waits_for_the_first_batch_or_the_cap(
     """A new standby's JVM start and rehearsal would share two cores with the takeover's first
     batch: the slot waits while that recovery is pending, up to the cap; a dead standby's backoff
     is kept as before."""
-    slot = Child("usage-standby", ["true"], Path("/dev/null"), after_takeover=True, restart_at=130.0)
-    assert standby_waits(slot, takeover_pending=True, now=100.0)
-    assert not standby_waits(slot, takeover_pending=False, now=100.0)  # its recovery was measured
-    assert not standby_waits(slot, takeover_pending=True, now=131.0)   # the cap
+    slot = Child("usage-standby", ["true"], Path("/dev/null"), after_first_batch=True, restart_at=130.0)
+    assert standby_waits(slot, first_batch_pending=True, now=100.0)
+    assert not standby_waits(slot, first_batch_pending=False, now=100.0)  # its recovery was measured
+    assert not standby_waits(slot, first_batch_pending=True, now=131.0)   # the cap
     backoff = Child("usage-standby", ["true"], Path("/dev/null"), restart_at=130.0)
-    assert standby_waits(backoff, takeover_pending=False, now=100.0)
-    assert not standby_waits(backoff, takeover_pending=False, now=131.0)
-    assert not standby_waits(Child("usage-standby", ["true"], Path("/dev/null")), takeover_pending=True, now=100.0)
+    assert standby_waits(backoff, first_batch_pending=False, now=100.0)
+    assert not standby_waits(backoff, first_batch_pending=False, now=131.0)
+    assert not standby_waits(Child("usage-standby", ["true"], Path("/dev/null")), first_batch_pending=True, now=100.0)
+
+
+def test_a_standby_waits_for_a_batch_with_rows_after_the_lease_was_taken(tmp_path):
+    """Before the demo's first batch (and a takeover's) no standby JVM starts beside it."""
+    from controlplane import fencing
+    from pipelines.supervisor.core import first_batch_pending
+
+    db = connect(tmp_path / "store.db")
+    assert first_batch_pending(db, "usage")  # nobody holds the lease yet
+    fencing.take_lease(db, "usage")
+    taken = db.execute("SELECT taken_at FROM leases WHERE job = 'usage'").fetchone()[0]
+    row = {"batch_id": 0, "num_input_rows": 40, "ts": taken - 1}
+    db["batch_progress"].insert({**row, "query": "usage-exactly-once"})  # before the lease: another instance's
+    db["batch_progress"].insert({**row, "query": "fraud", "ts": taken + 5})  # another job's
+    db["batch_progress"].insert({**row, "query": "usage-windows", "ts": taken + 5, "num_input_rows": 0})
+    assert first_batch_pending(db, "usage")
+    db["batch_progress"].insert({**row, "query": "usage-at-most-once", "ts": taken + 9})
+    assert not first_batch_pending(db, "usage")
+    time.sleep(0.02)  # the batch's ts is 9 ms past the first lease
+    fencing.take_lease(db, "usage")  # a takeover: the batches before the new lease no longer count
+    assert first_batch_pending(db, "usage")
