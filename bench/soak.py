@@ -23,7 +23,14 @@ one JSON object:
      rss_mb: {process: [first, at_10_min, last]}, growth_pct: {process: %}, growth_from_minute,
      process_growth_pct: {process: {pct, pid, minutes} | null},
      pids: {process: how many processes held the role}, store_bytes: [first, last],
-     checkpoint_bytes: [first, last], kafka_bytes: [first, last], audit: {...}, exact, left_running}
+     checkpoint_bytes: [first, last], kafka_bytes: [first, last], sink_ledger_rows / _bytes,
+     card_profiles_rows / _bytes, realtime_seed_rows / _bytes: [first, last], audit: {...}, exact,
+     left_running}
+
+The sink ledger and the card profiles are the store's two tables that grow with the input; the
+housekeeping prunes both (`pipelines/supervisor/housekeeping.py`), and their rows and bytes (their
+pages and their indexes', SQLite's dbstat) are sampled with the rest. The real-time seed is what a
+real-time start loads into the executor's memory (null when the fraud job runs micro-batches).
 
 `process_growth_pct` is per process, never across a takeover: for each role the largest growth of
 one pid from its sample at minute 10 of the run (and 10 minutes into its own life) to its last,
@@ -58,6 +65,8 @@ from pipelines import audit
 CYCLE = ("sink-down", "task-failure", "crash-after-sink", "broker-down", "crash")
 JOB_FAULTS = ("crash", "crash-after-sink")  # these alternate usage / fraud per cycle
 CHROMIUM = Path("/usr/bin/chromium")
+GROWING = (("table:sink_batches", "sink_ledger"), ("table:card_profiles", "card_profiles"),
+           ("realtime-seed", "realtime_seed"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -143,6 +152,10 @@ def first_last(rows: list[tuple[int, int]]) -> list[int | None]:
 
 def mib(n: int | None) -> str:
     return "—" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def _count(n: int | None) -> str:
+    return "—" if n is None else f"{n:,}"
 
 
 def progress_line(minute: int, newest: dict[str, float], faults: list[dict]) -> str:
@@ -353,6 +366,11 @@ def collect_figures(db, result: dict, fault_log: list[dict], t0_ms: int, end_ms:
     for what, key in (("store", "store_bytes"), ("checkpoints", "checkpoint_bytes"), ("kafka", "kafka_bytes")):
         result[key] = first_last(db.execute("SELECT ts, bytes FROM storage_bytes WHERE what = ? AND ts <= ?",
                                             [what, end_ms + 10_000]).fetchall())
+    # the two tables that grow with the input, and the real-time seed the executor holds in memory
+    for what, key in GROWING:
+        for column in ("bytes", "rows"):
+            result[f"{key}_{column}"] = first_last(db.execute(
+                f"SELECT ts, {column} FROM storage_bytes WHERE what = ? AND ts <= ?", [what, end_ms + 10_000]).fetchall())
     statuses = {r[0]: r for r in db.execute("SELECT id, status, result FROM commands").fetchall()}
     for f in fault_log:
         f["status"], f["result"] = statuses[f.pop("id")][1:]
@@ -377,6 +395,10 @@ def report(result: dict, minutes: float, why: str) -> None:
     say("on disk, first → last: " + ", ".join(f"{what} {mib(result[key][0])} → {mib(result[key][1])}" for what, key in
                                               (("store", "store_bytes"), ("checkpoints", "checkpoint_bytes"),
                                                ("broker data", "kafka_bytes")))
+        + "; " + ", ".join(f"{key.replace('_', ' ')} {_count(result.get(key + '_rows', [None])[0])} → "
+                           f"{_count(result.get(key + '_rows', [None, None])[-1])} rows, "
+                           f"{mib(result.get(key + '_bytes', [None])[0])} → {mib(result.get(key + '_bytes', [None, None])[-1])}"
+                           for _, key in GROWING)
         + f"; faults {result['faults']['issued']} issued, {result['faults']['done']} done; audit: {why}")
 
 

@@ -156,3 +156,28 @@ def check_bound(db, sink: str, checkpoint_id: str | None, fix: str) -> None:
             f"{sink}: the store holds batches of checkpoint {others[0]}, but "
             + ("the checkpoint is new" if checkpoint_id is None else f"this checkpoint is {checkpoint_id}")
             + f"; {fix}.")
+
+
+def prune(conn, keep_batches: int, before_ts: int, folded: dict[str, int] | None = None, limit: int = 2000) -> int:
+    """Delete the ledger rows no recovery can consult any more; the number deleted.
+
+    A restart from a checkpoint hands batch ids above its last committed one, or replays that
+    batch, and Spark keeps only the newest `keep_batches` (minBatchesToRetain) in its offset and
+    commit logs: so per sink and checkpoint the applied and skipped rows more than `keep_batches`
+    below its newest applied batch id go, once they are older than `before_ts` (the audit's
+    horizon) and, for a sink an audit cut folds, folded by it (`folded`: {sink: ledger id}). Kept:
+    the newest rows (the replay check, `ReusedBatch`'s newest id, `check_bound`, the real-time
+    seed's cut) and every dropped row (at-most-once's losses are summed from them). At most
+    `limit` rows per sink and checkpoint a call, so the caller's write transaction stays short."""
+    deleted = 0
+    heads = conn.execute("SELECT sink, checkpoint_id, max(batch_id) FROM sink_batches WHERE outcome = ? "
+                         "GROUP BY sink, checkpoint_id", (APPLIED,)).fetchall()
+    for sink, checkpoint_id, newest in heads:
+        upto = (folded or {}).get(sink)
+        deleted += conn.execute(
+            "DELETE FROM sink_batches WHERE id IN (SELECT id FROM sink_batches WHERE sink = ? AND checkpoint_id = ? "
+            "AND batch_id < ? AND outcome IN (?, ?) AND ts < ?" + (" AND id <= ?" if upto is not None else "")
+            + " LIMIT ?)",
+            (sink, checkpoint_id, newest - max(1, keep_batches), APPLIED, SKIPPED, before_ts,
+             *([upto] if upto is not None else []), limit)).rowcount
+    return deleted

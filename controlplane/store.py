@@ -166,7 +166,9 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "process_memory": ({"ts": int, "process": str, "pid": int, "rss_mb": float}, ("ts", "process")),
     # the same pass: bytes on disk of the store (its file, WAL and shared memory), the checkpoint
     # root (offset and commit logs, RocksDB state) and the local broker's data
-    "storage_bytes": ({"ts": int, "what": str, "path": str, "bytes": int}, ("ts", "what")),
+    # (what `table:sink_batches` / `table:card_profiles`: that table's pages with its indexes, and
+    # `rows` its rows; `realtime-seed`: the newest real-time seed file, `rows` its cards)
+    "storage_bytes": ({"ts": int, "what": str, "path": str, "bytes": int, "rows": int}, ("ts", "what")),
     # the store's retention (STORE_RETENTION_HOURS), per table it prunes: rows older than `horizon`
     # (ms) are gone; how many the last pass deleted and all passes together
     "store_retention": ({"name": str, "horizon": int, "deleted": int, "deleted_total": int, "ran_at": int},
@@ -210,7 +212,7 @@ INDEXES = [("decisions", ["decided_at"]), ("decisions", ["is_fraud", "decided_at
            ("sink_batches", ["sink", "checkpoint_id", "batch_id"]),
            # the dashboard's bounded reads (recent batches, audit series, windows)
            ("batch_progress", ["ts"]), ("batch_stages", ["ts"]), ("audit", ["job", "metric", "ts"]), ("windows", ["kind", "window_start"]),
-           ("fraud_paths", ["bucket"]), ("quarantines", ["query", "checkpoint_id", "batch_id"]),
+           ("fraud_paths", ["bucket"]), ("card_profiles", ["updated_at"]), ("quarantines", ["query", "checkpoint_id", "batch_id"]),
            ("query_failures", ["query", "ts"])]
 
 # Changes the declarative TABLES cannot express (drops, renames); applied once per store, in order.

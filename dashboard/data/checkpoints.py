@@ -219,7 +219,8 @@ def memory_now(df: pd.DataFrame) -> pd.DataFrame:
 def storage(db, now: int | None = None, hours: float = MEMORY_HOURS, limit: int = 10_000) -> pd.DataFrame:
     """Bytes on disk over time (oldest first), from `storage_bytes`: the store, the checkpoints, the
     broker's data."""
-    df = frame(db, "SELECT ts, what, path, bytes FROM storage_bytes WHERE ts > ? ORDER BY ts DESC LIMIT ?",
+    df = frame(db, "SELECT ts, what, path, bytes FROM storage_bytes WHERE ts > ? "
+                   "AND what IN ('store', 'checkpoints', 'kafka') ORDER BY ts DESC LIMIT ?",
                [since(now, hours * 60), limit])
     df["time"] = to_time(df["ts"])
     df["mib"] = df["bytes"] / 2**20

@@ -334,7 +334,7 @@ def storage(latest, retention, hours: float) -> str:
                       "grow with time; no pass has run yet.")
     last = retention["ran_at"].max()
     return out + (f" The store's retention deletes rows older than {fmt.decimal(hours)} h from the tables that grow "
-                  f"with time (never the sink ledger): the last pass at {fmt.clock(last)} deleted "
+                  f"with time (the sink ledger down to the batches a restart can consult): the last pass at {fmt.clock(last)} deleted "
                   f"{fmt.count(retention['deleted'].sum())} rows, {fmt.count(retention['deleted_total'].sum())} "
                   "since the store was created.")
 

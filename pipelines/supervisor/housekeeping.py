@@ -15,10 +15,12 @@ deletes in batches, which must not hold up the loop that promotes a standby with
    time (every decision, batch, audit, sample), a few thousand rows per write transaction, so the
    jobs' sink writes wait milliseconds, not seconds. What each pass deleted, and the horizon, goes
    to `store_retention`. Tables that grow only with what people do (commands, recoveries,
-   quarantines) are kept whole, and so is the sink ledger `sink_batches`: the exactly-once sinks
-   look a batch up in it, `ledger.check_bound` needs a sink's rows to tell its checkpoint, and
-   the audit sums a query's applications over its whole input from it. Bounding the ledger
-   belongs with the audit that reads it.
+   quarantines) are kept whole.
+4. The sink ledger `sink_batches` keeps what recovery can still consult (`ledger.prune`: per sink
+   and checkpoint the newest MIN_BATCHES_TO_RETAIN batches, Spark's own retention of its offset
+   and commit logs, every dropped row, and whatever the audit has not folded or still holds in
+   its horizon); `card_profiles` keeps the cards the stateful path still holds (written within
+   STATE_TTL_MINUTES), the ones a real-time start seeds.
 """
 from __future__ import annotations
 
@@ -85,6 +87,38 @@ def prune_rule(db, rule: Rule, horizon: int, batch: int = BATCH_ROWS, pause_s: f
     return deleted
 
 
+def ledger_folded(db) -> dict[str, int]:
+    """{sink: the newest ledger id every audit cut of that sink has folded}."""
+    from pipelines.audit.folds import UsageCut
+    from pipelines.guarantees import POLICIES
+
+    cuts = dict(db.execute("SELECT name, state FROM audit_cuts WHERE name LIKE 'usage:%'").fetchall())
+    return {POLICIES[g].query: UsageCut.from_json(cuts[f"usage:{g}"]).ledger_pos
+            for g in POLICIES if f"usage:{g}" in cuts}
+
+
+def prune_ledger(db, s: Settings, now: int, batch: int = BATCH_ROWS, pause_s: float = PAUSE_S) -> int:
+    """The sink ledger's rows no restart can consult (ledger.prune), `batch` rows per sink and
+    checkpoint per write transaction."""
+    from controlplane import ledger
+
+    before = now - int(max(s.audit_horizon_minutes * 60_000, 60_000))
+    folded, deleted = ledger_folded(db), 0
+    while True:
+        with transaction(db) as conn:
+            n = ledger.prune(conn, s.min_batches_to_retain, before, folded, limit=batch)
+        deleted += n
+        if n < batch:
+            return deleted
+        time.sleep(pause_s)
+
+
+def prune_profiles(db, s: Settings, now: int, batch: int = BATCH_ROWS, pause_s: float = PAUSE_S) -> int:
+    """Card profiles not written for STATE_TTL_MINUTES: the stateful path has dropped those cards
+    (its state's TTL), so a real-time seed must not bring them back."""
+    return prune_rule(db, Rule("card_profiles", "updated_at"), now - s.state_ttl_minutes * 60_000, batch, pause_s)
+
+
 def prune(db, now: int, retention_hours: float, rules: tuple[Rule, ...] = RULES, batch: int = BATCH_ROWS,
           pause_s: float = PAUSE_S) -> dict[str, int]:
     """Apply the retention to every rule's table; {table: rows deleted}. A retention of 0 or less
@@ -95,11 +129,16 @@ def prune(db, now: int, retention_hours: float, rules: tuple[Rule, ...] = RULES,
     out = {}
     for rule in rules:
         out[rule.table] = n = prune_rule(db, rule, horizon, batch, pause_s)
-        db.conn.execute("INSERT INTO store_retention (name, horizon, deleted, deleted_total, ran_at) "
-                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET horizon = excluded.horizon, "
-                        "deleted = excluded.deleted, deleted_total = deleted_total + excluded.deleted, "
-                        "ran_at = excluded.ran_at", [rule.table, horizon, n, n, now_ms()])
+        note(db, rule.table, horizon, n)
     return out
+
+
+def note(db, name: str, horizon: int, deleted: int) -> None:
+    """What a pass deleted from `name`, in `store_retention`."""
+    db.conn.execute("INSERT INTO store_retention (name, horizon, deleted, deleted_total, ran_at) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET horizon = excluded.horizon, "
+                    "deleted = excluded.deleted, deleted_total = deleted_total + excluded.deleted, "
+                    "ran_at = excluded.ran_at", [name, horizon, deleted, deleted, now_ms()])
 
 
 # --- sampling -------------------------------------------------------------------------------------
@@ -126,14 +165,56 @@ def _kafka_bytes(s: Settings) -> int | None:
     return sum(sizes) if sizes else None
 
 
-def storage_rows(s: Settings) -> list[tuple[str, str, int]]:
-    """(what, path, bytes) of the store, the checkpoint root and the local broker's data."""
-    out = []
+GROWING_TABLES = ("sink_batches", "card_profiles")
+
+
+def table_rows(store_path) -> list[tuple[str, str, int, int]]:
+    """(`table:<name>`, store path, bytes, rows) of each GROWING_TABLES table: its pages and its
+    indexes' pages (SQLite's dbstat)."""
+    import sqlite3
+
+    if not os.path.exists(store_path):
+        return []
+    conn = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True, timeout=2)
+    try:
+        out = []
+        for table in GROWING_TABLES:
+            names = [table] + [r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", [table])]
+            size = sum(conn.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = ? AND aggregate = TRUE",
+                                    [n]).fetchone()[0] for n in names)
+            rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            out.append((f"table:{table}", str(store_path), int(size), int(rows)))
+        return out
+    finally:
+        conn.close()
+
+
+def seed_row(s: Settings) -> list[tuple[str, str, int, int]]:
+    """The newest real-time seed (every profile it loads into the executor's memory): (`realtime-seed`,
+    path, bytes, cards), none before a real-time start."""
+    seeds = sorted((s.checkpoint_root / "fraud" / "realtime-seeds").glob("*.tsv"), key=lambda p: p.stat().st_mtime)
+    if not seeds:
+        return []
+    with open(seeds[-1], "rb") as f:
+        cards = sum(1 for line in f if line.startswith(b"card\t"))
+    return [("realtime-seed", str(seeds[-1]), seeds[-1].stat().st_size, cards)]
+
+
+def storage_rows(s: Settings) -> list[tuple]:
+    """(what, path, bytes[, rows]) of the store, the checkpoint root, the local broker's data, the
+    store's two tables that grow with the input, and the newest real-time seed."""
+    out: list[tuple] = []
     for what, path, size in (("store", s.store_path, memory.store_bytes(s.store_path)),
                              ("checkpoints", s.checkpoint_root, memory.dir_bytes(s.checkpoint_root)),
                              ("kafka", s.kafka_dir, None if s.external_bootstrap else _kafka_bytes(s))):
         if size is not None:
             out.append((what, str(path), size))
+    for extra in (table_rows, seed_row):
+        try:
+            out.extend(extra(s.store_path) if extra is table_rows else extra(s))
+        except Exception as exc:  # noqa: BLE001 - a figure missing this round, not a failed pass
+            log.warning("housekeeping: %s not measured: %s", extra.__name__, exc)
     return out
 
 
@@ -141,8 +222,8 @@ def record(db, ts: int, processes: list[tuple[str, int, float]], storage: list[t
     with transaction(db) as conn:
         conn.executemany("INSERT OR REPLACE INTO process_memory (ts, process, pid, rss_mb) VALUES (?, ?, ?, ?)",
                          [(ts, name, pid, round(rss, 1)) for name, pid, rss in processes])
-        conn.executemany("INSERT OR REPLACE INTO storage_bytes (ts, what, path, bytes) VALUES (?, ?, ?, ?)",
-                         [(ts, what, path, size) for what, path, size in storage])
+        conn.executemany("INSERT OR REPLACE INTO storage_bytes (ts, what, path, bytes, rows) VALUES (?, ?, ?, ?, ?)",
+                         [(ts, *row[:3], row[3] if len(row) > 3 else None) for row in storage])
 
 
 def run_pass(db, s: Settings, named: dict[str, tuple[int, bool]], now: int | None = None) -> dict:
@@ -154,7 +235,12 @@ def run_pass(db, s: Settings, named: dict[str, tuple[int, bool]], now: int | Non
         named["dashboard" if i == 0 else f"dashboard-{i + 1}"] = (pid, False)
     processes, storage = process_rows(named, table), storage_rows(s)
     record(db, ts, processes, storage)
-    return {"processes": processes, "storage": storage, "pruned": prune(db, ts, s.store_retention_hours)}
+    pruned = prune(db, ts, s.store_retention_hours)
+    pruned["sink_batches"] = prune_ledger(db, s, ts)
+    note(db, "sink_batches", ts - int(max(s.audit_horizon_minutes * 60_000, 60_000)), pruned["sink_batches"])
+    pruned["card_profiles"] = prune_profiles(db, s, ts)
+    note(db, "card_profiles", ts - s.state_ttl_minutes * 60_000, pruned["card_profiles"])
+    return {"processes": processes, "storage": storage, "pruned": pruned}
 
 
 class Housekeeper:

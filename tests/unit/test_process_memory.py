@@ -80,7 +80,7 @@ def test_bytes_on_disk(tmp_path, store):
     db = tmp_path / "cardstream.db"
     assert memory.store_bytes(db) >= db.stat().st_size > 0  # with its WAL
     s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "CHECKPOINT_ROOT": str(root)})
-    rows = {what: size for what, _, size in housekeeping.storage_rows(s)}
+    rows = {row[0]: row[2] for row in housekeeping.storage_rows(s)}
     assert rows["checkpoints"] == memory.dir_bytes(root) and rows["store"] > 0 and "kafka" not in rows  # no broker here
 
 
@@ -90,5 +90,8 @@ def test_a_pass_records_one_row_per_process_and_per_storage(tmp_path, store):
     assert [r[0] for r in done["processes"]] == ["supervisor"]
     rows = list(store.query("SELECT * FROM process_memory"))
     assert len(rows) == 1 and rows[0]["process"] == "supervisor" and rows[0]["pid"] == os.getpid()
-    assert {r["what"] for r in store.query("SELECT what FROM storage_bytes")} == {"store"}
+    assert {r["what"] for r in store.query("SELECT what FROM storage_bytes")} == {
+        "store", "table:sink_batches", "table:card_profiles"}
+    tables = {r["what"]: r for r in store.query("SELECT * FROM storage_bytes WHERE what LIKE 'table:%'")}
+    assert tables["table:sink_batches"]["rows"] == 0 and tables["table:sink_batches"]["bytes"] >= 4096
     assert done["pruned"]["process_memory"] == 0

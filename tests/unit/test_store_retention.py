@@ -108,3 +108,63 @@ def test_the_deletes_use_an_index(store):
         if rule.table in ("query_failures", "rejected_writes"):  # one row per failure: small
             continue
         assert "USING" in plan and "INDEX" in plan, (rule.table, plan)
+
+
+def ledger_rows(db, sink):
+    return [tuple(r) for r in db.execute("SELECT checkpoint_id, batch_id, outcome FROM sink_batches WHERE sink = ? "
+                                         "ORDER BY id", [sink])]
+
+
+def test_the_ledger_keeps_what_a_restart_can_consult_and_prunes_the_rest(store, tmp_path):
+    """Per sink and checkpoint: the newest MIN_BATCHES_TO_RETAIN batches (what Spark's logs still
+    hold), every dropped row, rows younger than the audit's horizon and rows an audit cut has not
+    folded stay; the replay check and the reused-batch refusal still work on what is left."""
+    from infra.config import load
+    from pipelines.audit.folds import UsageCut
+
+    s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "MIN_BATCHES_TO_RETAIN": "3", "AUDIT_HORIZON_MINUTES": "10"})
+    with transaction(store) as conn:
+        for b in range(10):
+            batch = ledger.Batch("fraud", "cp-a", b, end_offsets={"t": {"0": b + 1}})
+            ledger.apply_once(conn, batch, 1)
+            if b == 8:
+                ledger.apply_once(conn, batch, 1)  # a replay: skipped
+        ledger.record(conn, ledger.Batch("usage-at-most-once", "cp-m", 0), ledger.DROPPED, 1)
+        for b in range(10):
+            ledger.record(conn, ledger.Batch("usage-at-most-once", "cp-m", b + 1), ledger.APPLIED, 1)
+        for b in range(10):
+            ledger.record(conn, ledger.Batch("usage-exactly-once", "cp-e", b), ledger.APPLIED, 1)
+        conn.execute("UPDATE sink_batches SET ts = ?", [NOW - HOUR])
+    # the audit has folded the exactly-once ledger up to its 5th row only
+    fifth = store.execute("SELECT id FROM sink_batches WHERE sink = 'usage-exactly-once' ORDER BY id "
+                          "LIMIT 1 OFFSET 4").fetchone()[0]
+    store["audit_cuts"].insert({"name": "usage:exactly-once", "state": UsageCut("exactly-once", ledger_pos=fifth).to_json(),
+                                "updated_at": NOW})
+    deleted = housekeeping.prune_ledger(store, s, NOW, batch=2, pause_s=0)
+    assert ledger_rows(store, "fraud") == [("cp-a", 6, "applied"), ("cp-a", 7, "applied"), ("cp-a", 8, "applied"),
+                                           ("cp-a", 8, "skipped"), ("cp-a", 9, "applied")]
+    assert ledger_rows(store, "usage-at-most-once")[0] == ("cp-m", 0, "dropped")
+    assert [b for _, b, _ in ledger_rows(store, "usage-at-most-once")[1:]] == [7, 8, 9, 10]
+    assert [b for _, b, _ in ledger_rows(store, "usage-exactly-once")] == list(range(5, 10))
+    assert deleted == 6 + 6 + 5
+    with transaction(store) as conn:
+        again = ledger.Batch("fraud", "cp-a", 9, end_offsets={"t": {"0": 10}})
+        assert ledger.apply_once(conn, again, 1) is False  # the newest batch's replay is still skipped
+        with pytest.raises(ledger.ReusedBatch):  # and a pruned batch id handed again is still refused
+            ledger.apply_once(conn, ledger.Batch("fraud", "cp-a", 2, end_offsets={"t": {"0": 3}}), 1)
+    # rows younger than the audit's horizon stay whatever their batch id
+    with transaction(store) as conn:
+        for b in range(10, 20):
+            ledger.record(conn, ledger.Batch("fraud", "cp-a", b), ledger.APPLIED, 1)
+        conn.execute("UPDATE sink_batches SET ts = ?", [NOW - 60_000])
+    assert housekeeping.prune_ledger(store, s, NOW) == 0
+
+
+def test_card_profiles_older_than_the_state_ttl_go(store, tmp_path):
+    from infra.config import load
+
+    s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "STATE_TTL_MINUTES": "60"})
+    store["card_profiles"].insert_all([{"card_id": f"c{i}", "count": 1, "updated_at": NOW - i * 20 * 60_000}
+                                       for i in range(6)], pk="card_id")
+    assert housekeeping.prune_profiles(store, s, NOW, batch=1) == 2  # 80 and 100 min old; 60 min is the edge
+    assert sorted(r[0] for r in store.execute("SELECT card_id FROM card_profiles")) == ["c0", "c1", "c2", "c3"]
