@@ -73,7 +73,7 @@ def latency(series: pd.DataFrame, goal_ms: float = 20) -> go.Figure:
     top = max([goal_ms * 1.3] + ([float(series["p99"].max()) * 1.1] if not series.empty else []))
     fig.update_yaxes(range=[0, top])
     _time_axis(fig, series["time"])
-    return _layout(fig, "Decision latency (decided_at − produced_at), per 5 s", y_title="latency (ms)")
+    return _layout(fig, "Decision latency (Kafka append to append), per 5 s", y_title="latency (ms)")
 
 
 def latency_histogram(latencies: pd.DataFrame, goal_ms: float = 20, path: str | None = None) -> go.Figure:
@@ -114,7 +114,7 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
     rows = 3 if not commands.empty else 2
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         row_heights=[0.45, 0.3, 0.25][:rows],
-                        subplot_titles=("decision latency (decided_at − produced_at), per 5 s",
+                        subplot_titles=("decision latency (transaction's Kafka append to its decision's), per 5 s",
                                         "decisions per second, per 5 s", "commands: outcome and recovery")[:rows])
     fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
     for name, color in (("p50", "#29A19C"), ("p95", "#3A6EA5"), ("p99", "#8E6C8A")):

@@ -87,9 +87,10 @@ def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict:
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def rt_latencies(bootstrap: str, topic: str) -> list[tuple[int, int]]:
-    """(produced_at, decided_at) of the newest real-time decisions (cached a few seconds)."""
-    return kafka.recent_latencies(settings(), topic)
+def append_latencies(bootstrap: str, decisions_topic: str, transactions_topic: str) -> kafka.AppendLatencies:
+    """The newest decisions of `decisions_topic` as (transaction appended, decision appended) on the
+    broker's clock, as `bench latency` measures (cached a few seconds)."""
+    return kafka.append_latencies(settings(), decisions_topic, transactions_topic)
 
 
 @st.cache_data(ttl=30, show_spinner=False)

@@ -199,14 +199,119 @@ def newest_records(s, topic: str, parse, limit: int = 2000, timeout_s: float = 2
         c.close()
 
 
-def recent_latencies(s, topic: str, limit: int = 2000, timeout_s: float = 2.0) -> list[tuple[int, int]]:
-    """(produced_at, decided_at) of the newest `limit` decisions in `topic`, read from the records'
-    JSON: the real-time path's decisions live only in Kafka (decisions-rt)."""
-    def parse(record):
-        value = json.loads(record.value)
-        return int(value["produced_at"]), int(value["decided_at"])
+LOG_APPEND_TIME = 1      # a record's timestamp type when the broker stamped it (infra/topics.py sets it)
+TX_MARGIN_MS = 2_000     # read the transactions from this long before the oldest decision's produced_at
 
-    return newest_records(s, topic, parse, limit, timeout_s)
+
+class NotAppendTime(RuntimeError):
+    """A topic's records carry their producers' clocks, not the broker's append time."""
+
+
+@dataclass(frozen=True)
+class AppendLatencies:
+    """The newest decisions of a topic, each as (its transaction's append time, its own append
+    time) on the broker's clock (`pairs`, oldest decision first); `unmatched`: decisions whose
+    transaction was not found in the part of the transactions topic read."""
+    pairs: list[tuple[int, int]]
+    unmatched: int
+
+
+def _read_ranges(c, starts: dict, ends: dict, deadline: float, stop=None) -> list:
+    """The records of each partition from its start offset up to its end offset (or to the first
+    record `stop` says is past what is wanted), until `deadline` (monotonic)."""
+    todo = {tp: end for tp, end in ends.items() if tp in starts and end > starts[tp]}
+    if not todo:
+        return []
+    c.assign(list(todo))
+    for tp in todo:
+        c.seek(tp, starts[tp])
+    out = []
+    while todo and time.monotonic() < deadline:
+        for tp, records in c.poll(timeout_ms=200, max_records=5_000).items():
+            for r in records:
+                if tp not in todo:
+                    break
+                if stop is not None and stop(r):
+                    del todo[tp]
+                    c.pause(tp)
+                    break
+                out.append(r)
+        for tp in list(todo):  # a transactional topic ends on a commit marker, which is no record
+            if c.position(tp) >= todo[tp]:
+                del todo[tp]
+    return out
+
+
+def _stamped(record, topic: str) -> None:
+    if record.timestamp_type != LOG_APPEND_TIME:
+        raise NotAppendTime(f"`{topic}` is stamped with its producers' clocks, not the broker's append time "
+                            "(message.timestamp.type=LogAppendTime, set by infra/topics.py)")
+
+
+def _txn_id(record) -> str | None:
+    try:
+        value = json.loads(record.value)
+        return str(value["txn_id"]) if isinstance(value, dict) and "txn_id" in value else None
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def append_latencies(s, decisions_topic: str, transactions_topic: str, limit: int = 2000,
+                     timeout_s: float = 2.0) -> AppendLatencies:
+    """Decision latency as `bench latency` measures it: a decision's append time on its topic minus
+    its transaction's append time on the transactions topic, both the broker's clock
+    (LogAppendTime), for the newest `limit` decisions (read_committed: an exactly-once topic's
+    aborted records are none). A txn_id decided twice counts its first decision; a transaction
+    sent twice, its first append. The transactions are read from TX_MARGIN_MS before the oldest
+    decision's produced_at up to the newest decision's append. BrokerDown when Kafka does not
+    answer, NotAppendTime when a topic is stamped with the producers' clocks."""
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    _check(s, timeout_s / 2)
+    try:
+        c = kafka_client.consumer(s, client_id="cardstream-dashboard", isolation_level="read_committed",
+                                  request_timeout_ms=int(timeout_s * 1500), bootstrap_timeout_ms=int(timeout_s * 1000))
+    except KafkaError as exc:
+        raise BrokerDown(f"broker down: {exc}") from None
+    try:
+        deadline = time.monotonic() + 3 * timeout_s
+        dtps = [TopicPartition(decisions_topic, p) for p in kafka_client.partitions(c, decisions_topic, timeout_s / 4)]
+        if not dtps:
+            return AppendLatencies([], 0)
+        first, ends = c.beginning_offsets(dtps), c.end_offsets(dtps)
+        each = max(1, limit // len(dtps))
+        decided: dict[str, tuple[int, int]] = {}   # txn_id -> (decision appended, produced_at)
+        for r in _read_ranges(c, {tp: max(first[tp], ends[tp] - each) for tp in dtps}, ends, deadline):
+            _stamped(r, decisions_topic)
+            try:
+                value = json.loads(r.value)
+                txn, produced = str(value["txn_id"]), int(value["produced_at"])
+            except (TypeError, ValueError, KeyError, RecursionError):
+                continue
+            if txn not in decided or r.timestamp < decided[txn][0]:
+                decided[txn] = (r.timestamp, produced)
+        if not decided:
+            return AppendLatencies([], 0)
+        since = min(p for _, p in decided.values()) - TX_MARGIN_MS
+        until = max(t for t, _ in decided.values())
+        ttps = [TopicPartition(transactions_topic, p)
+                for p in kafka_client.partitions(c, transactions_topic, timeout_s / 4)]
+        found = c.offsets_for_times({tp: since for tp in ttps}) if ttps else {}
+        starts = {tp: o.offset for tp, o in found.items() if o is not None}
+        appended: dict[str, int] = {}
+        for r in _read_ranges(c, starts, c.end_offsets(list(starts)) if starts else {}, deadline,
+                              stop=lambda r: r.timestamp > until):
+            _stamped(r, transactions_topic)
+            txn = _txn_id(r)
+            if txn in decided:
+                appended.setdefault(txn, r.timestamp)
+        pairs = sorted((appended[t], d) for t, (d, _) in decided.items() if t in appended)
+        return AppendLatencies(sorted(pairs, key=lambda p: p[1]), len(decided) - len(pairs))
+    except KafkaError as exc:
+        raise BrokerDown(f"broker down: {exc}") from None
+    finally:
+        c.close()
 
 
 def recent_labels(s, topic: str, limit: int = 20_000, timeout_s: float = 3.0) -> list[tuple[str, int]]:

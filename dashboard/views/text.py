@@ -260,7 +260,7 @@ def starting(row: dict) -> str:
 def warmup(start: dict, left_out: int) -> str:
     """The tiles' rule on the warm-up, said on the page."""
     return (f"Warm-up left out: {fmt.count(left_out)} decision{'s' if left_out != 1 else ''} of transactions "
-            f"produced before the fraud job's first batch of its current instance started "
+            f"that reached Kafka before the fraud job's first batch of its current instance started "
             f"({fmt.clock(start['batch_started'])}, batch {start['batch_id']}, lease epoch {start['epoch']}): "
             "they waited for the job to start, not for a decision. They are shaded on the latency chart and "
             "not in the tiles or the histogram; a restart's wait is its recovery time on the timeline.")
