@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -43,6 +44,39 @@ def _fingerprint(kind: str) -> str:
             for src in sorted(root.rglob("*.java")):
                 digest.update(src.read_bytes())
     return digest.hexdigest()
+
+
+def _pom_fingerprint(kind: str) -> str:
+    return hashlib.sha256((INFRA / kind / "pom.xml").read_bytes()).hexdigest()
+
+
+def _rebuild_java(target: Path) -> bool:
+    """Only the Java sources changed since `target` was filled (same pom, every fetched jar there):
+    compile the project's jars again and swap each in by rename (a running JVM keeps the file it
+    opened), then the manifest, without fetching anything or emptying the folder. False when
+    the folder needs a full setup."""
+    try:
+        manifest = json.loads((target / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    fetched = [j for j in manifest.get("jars") or [] if j not in JAVA_JARS]
+    if manifest.get("pom") != _pom_fingerprint("spark") or not fetched or not all(
+            zipfile.is_zipfile(target / j) for j in fetched):
+        return False
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        for name, root in JAVA_JARS.items():
+            _build_jar(Path(tmp), name, root)
+        for name in JAVA_JARS:
+            os.replace(Path(tmp) / name, target / name)
+    _write_manifest(target, "spark", sorted(p.name for p in target.glob("*.jar")))
+    print(f"infra/jars: the project's Java jars rebuilt in {target}", file=sys.stderr)
+    return True
+
+
+def _write_manifest(folder: Path, kind: str, jars: list[str]) -> None:
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps({"fingerprint": _fingerprint(kind), "pom": _pom_fingerprint(kind), "jars": jars}))
+    os.replace(tmp, folder / MANIFEST)
 
 
 def is_complete(folder: Path, kind: str) -> bool:
@@ -105,6 +139,8 @@ def ensure(kind: str, jars_dir: Path) -> Path:
     if is_complete(target, kind):
         return target
     require_java()
+    if kind == "spark" and target.exists() and _rebuild_java(target):
+        return target
     if target.exists():
         print(f"infra/jars: {target.name}/ is incomplete or out of date (an interrupted or older "
               f"setup); fetching it again.", file=sys.stderr)
@@ -118,7 +154,7 @@ def ensure(kind: str, jars_dir: Path) -> Path:
         for name, root in JAVA_JARS.items():
             _build_jar(partial, name, root)
     jars = sorted(p.name for p in partial.glob("*.jar"))
-    (partial / MANIFEST).write_text(json.dumps({"fingerprint": _fingerprint(kind), "jars": jars}))
+    _write_manifest(partial, kind, jars)
     partial.rename(target)
     print(f"infra/jars: {len(jars)} {kind} jars ready in {target}", file=sys.stderr)
     return target

@@ -279,6 +279,9 @@ class ModelSwitch:
                          (JOB, self.model.version, self.model.why, int(time.time() * 1000), self.epoch))
         log.info("deciding with model %s%s", self.model.version,
                  " (the rules)" if self.model.version == models.RULES else "")
+        from pipelines.fraud import realtime
+
+        realtime.follow_switch(self.db, JOB, self.model.version)  # the real-time path, when it runs
 
     def switch_if_asked(self, runner, faults) -> None:
         from controlplane import commands

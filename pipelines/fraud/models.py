@@ -33,6 +33,7 @@ class Loaded:
     features: tuple[str, ...] = MODEL_FEATURES
     why: str | None = None
     explain: dict | None = None  # how its decisions are explained (see `explanation`)
+    path: str | None = None      # its folder: the MLlib files and model.json (the JVM's export)
 
 
 def models_dir(store_folder: Path) -> Path:
@@ -74,7 +75,7 @@ def load(db, version: int | None = None) -> Loaded:
         return Loaded(RULES, why=f"model {row['version']} could not be loaded from {row['path']} ({first}); "
                                  f"deciding with the rules (model 0)")
     return Loaded(int(row["version"]), pipeline, float(row["threshold"]), tuple(json.loads(row["features"])),
-                  explain=json.loads(row["explain"]) if row.get("explain") else None)
+                  explain=json.loads(row["explain"]) if row.get("explain") else None, path=row["path"])
 
 
 TOP_REASONS = 3

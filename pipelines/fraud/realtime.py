@@ -16,6 +16,14 @@ decision records how old the newest transaction its profile may be missing is (`
 the transaction's own age, or the age of a hole when a replay was cut short). The aggregator and
 the rest stay SQL expressions; decisions go straight to the Kafka `decisions-rt` topic.
 
+The model in use scores here too, in the same JVM (`LiveModel.java`, `ModelScore.java`: the
+version's model.json), on the features it was trained on, by name: the amount and the calendar
+from the payment, the analyzers' scores and the card windows from the live profile, the
+terminal's features from the table the stateful companion publishes (`TerminalTable`). A payment
+whose features the path cannot serve (card windows shorter than the model needs, a terminal not
+published yet or published too long before) is decided by the rules, its decision saying why
+(`model_why`); every decision carries the version that made it (docs/fraud.md).
+
 At-least-once reads back to its own last committed offsets (or the snapshot's, if earlier) and
 sends those decisions again; at-most-once folds the records since the snapshot into the profiles
 but sends a decision only for transactions that reach Kafka after the start.
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 from infra import kafka_client
 from infra.config import Settings
@@ -33,8 +42,14 @@ from pipelines.fraud.analyzers import DEFAULT_LIMITS, Limits
 QUERY = "fraud-rt"
 LIVE_CLASS = "cardstream.fraud.LiveProfiles"
 SEEDS_KEPT = 3
-# a real-time decision: the stateful path's fields and the age of the profile it used
-RT_DECISION_FIELDS = (*DECISION_FIELDS, "profile_age_ms")
+MODEL_CLASS = "cardstream.fraud.LiveModel"
+# a real-time decision: the stateful path's fields, the age of the profile it used, and why the
+# rules decided although a model is in use (null when the model decided)
+RT_DECISION_FIELDS = (*DECISION_FIELDS, "profile_age_ms", "model_why")
+SERVING_FILE, TERMINALS_FILE = "realtime-serving.tsv", "realtime-terminals.tsv"
+# how far (event time) a payment may be from the one its terminal's published features are of
+TERMINAL_MAX_GAP_MS = 3_600_000
+RT_JOB = "fraud-rt"  # its row in `model_use`
 
 
 def wall_clock_ms():
@@ -44,14 +59,16 @@ def wall_clock_ms():
     return F.expr("cast(reflect('java.lang.System', 'currentTimeMillis') as bigint)")
 
 
-def live_scores(seed_path: str):
-    """The Java call that scores a transaction against its card's live profile and folds it in:
-    a string "ticket,proximity,velocity,profile_age_ms" (LiveProfiles.decide)."""
+def live_scores(seed_path: str, serving_path: str = ""):
+    """The Java call that scores a transaction against its card's live profile, folds it in and
+    scores it with the model in use: "ticket,proximity,velocity,profile_age_ms" then, tab-separated,
+    the deciding version, the model's score and verdict, its explanation and why the rules decided
+    instead (LiveModel.decide; no `serving_path`: the rules)."""
     from pyspark.sql import functions as F
 
     c = F.col
-    return F.reflect(F.lit(LIVE_CLASS), F.lit("decide"), F.lit(seed_path), c("card_id"),
-                     c("amount_cents").cast("bigint"),
+    return F.reflect(F.lit(MODEL_CLASS), F.lit("decide"), F.lit(seed_path), F.lit(serving_path), c("card_id"),
+                     c("merchant_id"), c("amount_cents").cast("bigint"),
                      # no coordinates (a replayed history): NaN, on which the proximity analyzer has no opinion
                      F.coalesce(c("lat").cast("double"), F.lit(float("nan"))),
                      F.coalesce(c("lon").cast("double"), F.lit(float("nan"))),
@@ -59,7 +76,8 @@ def live_scores(seed_path: str):
                      c("produced_at").cast("bigint"))
 
 
-def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float, watermark_ms: int):
+def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float, watermark_ms: int,
+              serving_path: str = ""):
     """Valid transactions (with their Kafka `partition`, `offset`, `kafka_ts`) -> decision columns.
 
     `emit_from_ms`: decide only the transactions appended from then on (at-most-once); the earlier
@@ -69,14 +87,19 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
     from pipelines.fraud.aggregator import aggregate_columns
     from pipelines.fraud.models import rules_explanation
 
-    scored = valid.select("*", F.split(live_scores(seed_path), ",").alias("_live"))
+    scored = valid.select("*", F.split(live_scores(seed_path, serving_path), "\t").alias("_model"))
     if emit_from_ms is not None:
         # above the (nondeterministic) projection: Spark does not push a filter through it, so
         # the skipped transactions are still folded (tests/spark/test_fraud_sql.py checks it)
         scored = scored.where(F.col("kafka_ts") >= F.timestamp_millis(F.lit(emit_from_ms)))
+    scored = scored.select("*", F.split(F.col("_model")[0], ",").alias("_live"))
     scored = scored.select("*", *[F.col("_live")[i].cast("double").alias(f"score_{n}") for i, n in enumerate(ANALYZERS)],
                            F.col("_live")[len(ANALYZERS)].cast("bigint").alias("profile_age_ms"))
-    score, is_fraud = aggregate_columns(threshold)
+    rules_score, rules_fraud = aggregate_columns(threshold)
+    version = F.col("_model")[1].cast("int")
+    learned = version > F.lit(0)
+    score = F.when(learned, F.col("_model")[2].cast("double")).otherwise(rules_score)
+    is_fraud = F.when(learned, F.col("_model")[3] == F.lit("1")).otherwise(rules_fraud)
     decided_at = wall_clock_ms()
     return scored.select(
         *[F.col(n) for n in ("txn_id", "card_id", "merchant_id", "amount_cents", "event_time", "produced_at")],
@@ -84,9 +107,9 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
         *[F.col(f"score_{n}") for n in ANALYZERS],
         score.alias("score"), is_fraud.alias("is_fraud"),
         (F.col("event_time") < decided_at - F.lit(watermark_ms)).alias("is_late"),
-        F.lit(0).alias("model_version"),  # the real-time path decides with the rules
-        rules_explanation().alias("explanation"),
-        F.col("profile_age_ms"))
+        version.alias("model_version"),
+        F.when(learned, F.col("_model")[4]).otherwise(rules_explanation()).alias("explanation"),
+        F.col("profile_age_ms"), F.nullif(F.col("_model")[5], F.lit("")).alias("model_why"))
 
 
 def build(spark, o, s: Settings, starts: dict, seed_path: str, emit_from_ms: int | None):
@@ -101,7 +124,8 @@ def build(spark, o, s: Settings, starts: dict, seed_path: str, emit_from_ms: int
     txns = parse_transactions(read_kafka(spark, o.transactions_topic, s, starting_offsets=offsets),
                               s, now_ms=wall_clock_ms())
     valid = txns.where(F.col("dlq_reason").isNull())
-    decision = decisions(valid, seed_path, emit_from_ms, o.threshold, s.watermark_seconds * 1000)
+    decision = decisions(valid, seed_path, emit_from_ms, o.threshold, s.watermark_seconds * 1000,
+                         str(o.checkpoint / SERVING_FILE))
     return decision.select(F.col("txn_id").alias("key"),
                            F.to_json(F.struct(*list(RT_DECISION_FIELDS))).alias("value"))
 
@@ -143,6 +167,12 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
         old.unlink(missing_ok=True)
     # the query always starts at the plan's offsets: Spark honours startingOffsets only on a new checkpoint
     shutil.rmtree(folder, ignore_errors=True)
+    db = store.connect(o.store_path)
+    try:
+        publish_model(db, o.checkpoint, sink)  # the version the stateful path decides with
+    finally:
+        db.conn.close()
+    _FOLLOWING["checkpoint"] = o.checkpoint
     emit_from = started_at if o.guarantee == "at-most-once" else None
     query = (build(spark, o, s, plan.starts, str(path), emit_from).writeStream.queryName(QUERY).format("kafka")
              .options(**kafka_client.spark_options(s))
@@ -153,3 +183,112 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
              .trigger(realTime=f"{max(5, int(o.realtime_batch_seconds))} seconds")
              .start())
     return query, plan, bool(resume)
+
+
+# ------------------------------------------------------------------ what the real-time path serves
+
+def _replace_whole(path, text: str) -> None:
+    """Write `text` to `path` by rename: the JVM never reads half a file."""
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def serving_lines(version: int, threshold: float | None, folder: str | None, checkpoint) -> tuple[int, str | None, str]:
+    """(version served, why not the one in use or None, the serving file's text) for the version
+    in use (its threshold and folder), read by LiveModel.java. A learned version without its JVM
+    export (model.json, written by train.py since issue 35 item 3) cannot be served here: model 0
+    and one sentence."""
+    from pathlib import Path
+
+    from pipelines.fraud.features import CARD_FEATURES
+    from pipelines.fraud.models import MODEL_JSON, RULES
+
+    if version == RULES:
+        return RULES, None, "version\t0\nend\n"
+    exported = Path(folder) / MODEL_JSON if folder else None
+    if exported is None or not exported.exists():
+        why = (f"model {version} has no export for the JVM ({MODEL_JSON}, which train.py writes beside the "
+               f"MLlib files): the real-time path decides with the rules (model 0)")
+        return RULES, why, f"version\t0\nwhy\t{why}\nend\n"
+    return version, None, "".join([
+        f"version\t{version}\n", f"threshold\t{float(threshold)!r}\n", f"model\t{exported}\n",
+        f"card_features\t{','.join(CARD_FEATURES)}\n", f"terminals\t{Path(checkpoint) / TERMINALS_FILE}\n",
+        f"terminal_max_gap_ms\t{TERMINAL_MAX_GAP_MS}\n", "end\n"])
+
+
+_FOLLOWING: dict = {}  # the running real-time path's checkpoint folder, set by `start`
+
+
+def publish_model(db, checkpoint, job: str, version: int | None = None) -> int:
+    """Point the real-time path at the version `job` decides with (`model_use`; or `version`):
+    the JVM reloads the serving file within a second, no restart. What it serves, and why when it
+    is not that version, goes to `model_use` as the job `fraud-rt`. Returns the version served."""
+    from pathlib import Path
+
+    from controlplane import fencing
+
+    if version is None:
+        row = db.conn.execute("SELECT version FROM model_use WHERE job = ?", [job]).fetchone()
+        version = int(row[0]) if row else 0
+    model = db.conn.execute("SELECT threshold, path FROM models WHERE version = ?", [version]).fetchone()
+    served, why, text = serving_lines(version, model[0] if model else None, model[1] if model else None, checkpoint)
+    _replace_whole(Path(checkpoint) / SERVING_FILE, text)
+    epoch = fencing.current_epoch(db, job)
+    with fencing.fenced_write(db, job, epoch, f"real-time model {served} in use") as conn:
+        conn.execute("INSERT INTO model_use (job, version, why, since, epoch) VALUES (?, ?, ?, ?, ?) "
+                     "ON CONFLICT(job) DO UPDATE SET version = excluded.version, why = excluded.why, "
+                     "since = excluded.since, epoch = excluded.epoch",
+                     (RT_JOB, served, why, int(time.time() * 1000), epoch))
+    return served
+
+
+def follow_switch(db, job: str, version: int) -> None:
+    """A use-model switch of the stateful path: the running real-time path follows it."""
+    if "checkpoint" in _FOLLOWING:
+        publish_model(db, _FOLLOWING["checkpoint"], job, version)
+
+
+class TerminalTable:
+    """The terminal features the stateful companion computed, per terminal for its newest decided
+    payment (with that payment's event time), published for the real-time path after each applied
+    batch as a file LiveModel.java reloads. Terminal windows end the feedback delay before the
+    payment, so a window of a payment minutes earlier differs only by the payments and labels at
+    its two edges (docs/fraud.md)."""
+
+    def __init__(self, path):
+        from pathlib import Path
+
+        self.path = Path(path)
+        self.names: tuple[str, ...] = ()
+        self.rows: dict[str, tuple] = {}
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        if lines and lines[-1] == "end" and lines[0].startswith("names\t"):
+            self.names = tuple(lines[0].split("\t")[1:])
+            for line in lines[1:-1]:
+                _, merchant, t, *values = line.split("\t")
+                self.rows[merchant] = (int(t), *[float(v) if v else None for v in values])
+
+    def update(self, table) -> None:
+        """Fold an applied decisions batch (Arrow) in and rewrite the file."""
+        names = tuple(c for c in table.column_names if c.startswith("t_"))
+        if not names:
+            return
+        if names != self.names:
+            self.names, self.rows = names, {}
+        columns = [table.column(c).to_pylist() for c in ("merchant_id", "event_time", *names)]
+        for merchant, t, *values in zip(*columns):
+            if merchant is None or t is None:
+                continue
+            old = self.rows.get(merchant)
+            if old is None or t >= old[0]:
+                self.rows[merchant] = (t, *values)
+        _replace_whole(self.path, "".join([
+            "names\t" + "\t".join(self.names) + "\n",
+            *(f"terminal\t{m}\t{r[0]}\t" + "\t".join("" if v is None else repr(float(v)) for v in r[1:]) + "\n"
+              for m, r in self.rows.items()),
+            "end\n"]))

@@ -36,6 +36,7 @@ from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
 from pipelines.fraud.features import FEATURE_LOG_FIELDS
 from pipelines.fraud.realtime import TERMINALS_FILE, TerminalTable
+from pipelines.fraud.realtime import TERMINALS_FILE, TerminalTable
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -412,6 +413,8 @@ class Sinks:
         self.write_profiles = o.mode == "realtime"  # the real-time path reads the profiles we keep
         # ... and the terminal features of our decisions (the real-time model's, pipelines/fraud/realtime.py)
         self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE) if o.mode == "realtime" else None
+        # ... and the terminal features of our decisions (the real-time model's, pipelines/fraud/realtime.py)
+        self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE) if o.mode == "realtime" else None
         self.db = connect(o.store_path)
         self.dlq_db = connect(o.store_path)  # the dead-letter query runs on its own thread
         self.faults = faults
@@ -498,6 +501,11 @@ class Sinks:
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(
                 batch_id, payloads, {self.o.features_topic: features})
             clock.lap("kafka_ms")
+            if self.terminals is not None:
+                try:
+                    self.terminals.update(table)
+                except OSError as exc:  # the real-time path keeps the table it has; decisions go on
+                    log.warning("could not publish the terminal features for the real-time path: %s", exc)
             if self.terminals is not None:
                 try:
                     self.terminals.update(table)

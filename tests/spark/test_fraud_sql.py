@@ -35,9 +35,11 @@ def live(spark, rows, seed_path):
     # deferred: kafka-python loads only where Kafka is used
     from pipelines.fraud.realtime import live_scores
 
-    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), ROW_DDL)
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), ROW_DDL).withColumn("merchant_id", F.lit("m"))
     out = df.select("offset", live_scores(str(seed_path)).alias("r")).collect()
-    return {r["offset"]: [float(x) for x in r["r"].split(",")] for r in out}
+    return {r["offset"]: [float(x) for x in r["r"].split("\t")[0].split(",")] for r in out}
 
 
 def seed_file(tmp_path, snapshot=None, folds=None, holes=None):

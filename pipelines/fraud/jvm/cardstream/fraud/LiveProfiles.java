@@ -89,11 +89,14 @@ public final class LiveProfiles {
         long placeTime;
         long[] times = new long[0];
         long lastSeenMs;
+        // the card's payments over the longest card window (History.java's card state): the model's features
+        long[] histTimes = new long[0], histAmounts = new long[0];
 
         Card copy() {
             Card c = new Card();
             c.hasTicket = hasTicket; c.hasPlace = hasPlace; c.count = count; c.mean = mean;
             c.lat = lat; c.lon = lon; c.placeTime = placeTime; c.times = times; c.lastSeenMs = lastSeenMs;
+            c.histTimes = histTimes; c.histAmounts = histAmounts;
             return c;
         }
     }
@@ -116,7 +119,10 @@ public final class LiveProfiles {
         long foldFrom;                 // the next offset to fold: records before it are replays
         long holeFrom = Long.MAX_VALUE;  // the profiles miss transactions from then on (MAX: none)
         long lastOffset = -1;
-        String lastResult;
+        Decided lastResult;
+        // the card windows hold every payment of the partition from this event time on (MIN: all of
+        // them, the fold began at the topic's start; MAX: nothing folded yet)
+        long historyFrom = Long.MAX_VALUE;
         long folds;
         final HashMap<String, Card> cards = new HashMap<>();
     }
@@ -133,6 +139,19 @@ public final class LiveProfiles {
      */
     public static String decide(String seedPath, String cardId, long amountCents, double lat, double lon,
                                 long eventTime, int partition, long offset, long producedAt) {
+        return core(seedPath, cardId, amountCents, lat, lon, eventTime, partition, offset, producedAt).text;
+    }
+
+    /** What one decision saw: decide's text, the card's window features (History.cardFeatures's
+     * order, the payment included) and since when its partition's card windows are whole. */
+    static final class Decided {
+        String text;
+        double[] cardWindows;
+        long historyFrom;
+    }
+
+    static Decided core(String seedPath, String cardId, long amountCents, double lat, double lon,
+                        long eventTime, int partition, long offset, long producedAt) {
         Seed seed = seed(seedPath);
         Part part = part(seed, partition);
         synchronized (part) {
@@ -149,6 +168,8 @@ public final class LiveProfiles {
             // NaN: a transaction without coordinates; the proximity analyzer has no opinion on it
             double place = Double.isNaN(lat) || Double.isNaN(lon) ? 0.0 : proximity(card, lat, lon, eventTime, l, !fold);
             double velocity = velocity(card, eventTime, l, !fold);
+            double[] windows = cardWindows(card, amountCents, eventTime, fold);
+            if (fold && part.historyFrom == Long.MAX_VALUE) part.historyFrom = eventTime;
             if (fold) {
                 card.lastSeenMs = now;
                 if (stored == null) {
@@ -160,11 +181,42 @@ public final class LiveProfiles {
                 }
             }
             long complete = Math.min(producedAt, part.holeFrom);
-            String out = ticket + "," + place + "," + velocity + "," + Math.max(0L, now - complete);
+            Decided out = new Decided();
+            out.text = ticket + "," + place + "," + velocity + "," + Math.max(0L, now - complete);
+            out.cardWindows = windows;
+            out.historyFrom = part.historyFrom;
             part.lastOffset = offset;
             part.lastResult = out;
             return out;
         }
+    }
+
+    /** The longest card window the live history keeps (History.java keeps the same). */
+    static final long HISTORY_MS = 60L * History.DAY_MS;
+
+    /**
+     * The card's window features for this payment (History.cardFeatures: the payment included),
+     * folding it into the card's history when it is new. A replay is counted against the strictly
+     * earlier payments only, as the analyzers treat it.
+     */
+    static double[] cardWindows(Card c, long amountCents, long t, boolean fold) {
+        int n = c.histTimes.length;
+        long[] times = Arrays.copyOf(c.histTimes, n + 1), amounts = Arrays.copyOf(c.histAmounts, n + 1);
+        if (!fold) {
+            int kept = 0;
+            for (int i = 0; i < n; i++) {
+                if (times[i] < t) { times[kept] = times[i]; amounts[kept] = amounts[i]; kept++; }
+            }
+            n = kept;
+        }
+        n = History.insert(times, amounts, n, t, amountCents);
+        double[] out = History.cardFeatures(times, amounts, n, t);
+        if (fold) {
+            n = History.keepAfter(times, amounts, n, times[n - 1] - HISTORY_MS);
+            c.histTimes = Arrays.copyOf(times, n);
+            c.histAmounts = Arrays.copyOf(amounts, n);
+        }
+        return out;
     }
 
     // ------------------------------------------------------------------ the analyzers
@@ -290,6 +342,7 @@ public final class LiveProfiles {
             p.foldFrom = end == null ? 0 : end;
             Long hole = seed.holes.get(partition);
             if (hole != null) p.holeFrom = hole;
+            if (p.foldFrom == 0 && hole == null) p.historyFrom = Long.MIN_VALUE;  // it folds the whole topic
             Map<String, Card> cards = seed.cards.get(partition);
             if (cards != null) {
                 for (Map.Entry<String, Card> e : cards.entrySet()) p.cards.put(e.getKey(), e.getValue().copy());

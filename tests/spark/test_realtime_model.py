@@ -1,0 +1,170 @@
+"""The real-time path decides with the model in use (issue 35 item 3): LiveModel.java computes
+the model's features by name (amount and calendar from the payment, the analyzers and card windows
+from the live profile, the terminal's from the table the stateful companion publishes) and scores
+them with the exported model. The same features through MLlib's own transform give the same
+score to 1e-9; a payment whose features cannot be served is decided by the rules, saying why."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pipelines.fraud import models, realtime, seed, train
+from pipelines.fraud.analyzers import DEFAULT_LIMITS
+from pipelines.fraud.features import CARD_FEATURES, TERMINAL_FEATURES, WINDOW_DAYS
+
+pytestmark = pytest.mark.spark
+
+DAY = 86_400_000
+T0 = 1_533_081_600_000  # 2018-08-01 00:00 UTC, a Wednesday
+# the features the real-time path serves today (helper features beyond these: the rules, said so)
+FEATURES = ("amount", "is_weekend", "is_night", *CARD_FEATURES, *TERMINAL_FEATURES,
+            "score_avg_ticket", "score_proximity", "score_velocity")
+DDL = ("txn_id string, card_id string, merchant_id string, amount_cents long, lat double, lon double, "
+       "event_time long, partition int, offset long, produced_at long, ts_ms long")
+
+
+def training_frame(n: int, seed_: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed_)
+    frame = pd.DataFrame({f: rng.random(n) for f in FEATURES})
+    frame["amount"] = rng.gamma(2.0, 40.0, n)
+    for d in WINDOW_DAYS:
+        frame[f"c_count_{d}d"] = rng.poisson(d, n).astype(float)
+        frame[f"c_mean_{d}d"] = rng.gamma(2.0, 40.0, n)
+    frame["label"] = (((frame["t_risk_7d"] > 0.6) & (frame["amount"] > frame["c_mean_30d"] * 1.5))
+                      | (rng.random(n) < 0.02)).astype(int)
+    return frame
+
+
+def payments(n_cards=6, per_card=12, seed_=3):
+    """Cards paying at three terminals over ~40 days, interleaved in event-time order."""
+    rng = np.random.default_rng(seed_)
+    rows = []
+    for c in range(n_cards):
+        t = T0
+        for _ in range(per_card):
+            t += int(rng.integers(1, 5 * DAY))
+            rows.append((f"card-{c}", f"term-{int(rng.integers(0, 3))}", int(rng.integers(500, 30_000)), t))
+    rows.sort(key=lambda r: r[3])
+    return [(f"tx{i}", card, term, amount, 48.85, 2.35, t, 0, i, t, t) for i, (card, term, amount, t) in enumerate(rows)]
+
+
+def card_windows(rows) -> pd.DataFrame:
+    """History.cardFeatures by brute force: each card's folded payments in (t - w days, t]."""
+    out = []
+    for i, r in enumerate(rows):
+        mine = [(x[6], x[3]) for x in rows[:i + 1] if x[1] == r[1]]
+        values = {}
+        for d in WINDOW_DAYS:
+            inside = [a for t, a in mine if r[6] - d * DAY < t <= r[6]]
+            values[f"c_count_{d}d"] = float(len(inside))
+            values[f"c_mean_{d}d"] = sum(inside) / 100.0 / len(inside)
+        out.append(values)
+    return pd.DataFrame(out)
+
+
+def seed_path(tmp_path, snapshot=None, folds=None):
+    scope = f"test-{uuid.uuid4().hex[:8]}"
+    plan = seed.Plan(starts=folds or {0: 0}, folds=folds or {0: 0}, holes={})
+    return str(seed.write(tmp_path / f"{scope}.tsv",
+                          seed.seed_lines(scope, snapshot or seed.Snapshot(), plan, DEFAULT_LIMITS, 86_400_000, 1)))
+
+
+def publish(tmp_path, version, fitted, terminals: dict, max_gap_ms: int = realtime.TERMINAL_MAX_GAP_MS) -> str:
+    """The model's export, the terminal table the companion would publish and the serving file."""
+    folder = tmp_path / f"v{version}"
+    explain = models.linear_explain(fitted, training_frame(500, 9), FEATURES) if version == 1 else None
+    fitted.write().overwrite().save(str(folder))
+    models.write_export(fitted, FEATURES, folder, explain)
+    table = realtime.TerminalTable(tmp_path / realtime.TERMINALS_FILE)
+    names = list(TERMINAL_FEATURES)
+    table.update(pa.table({"merchant_id": list(terminals), "event_time": [v[0] for v in terminals.values()],
+                           **{n: [v[1][k] for v in terminals.values()] for k, n in enumerate(names)}}))
+    served, why, text = realtime.serving_lines(version, 0.5, str(folder), tmp_path)
+    assert (served, why) == (version, None)
+    path = tmp_path / f"serving-{uuid.uuid4().hex[:6]}.tsv"
+    path.write_text(text.replace(f"terminal_max_gap_ms\t{realtime.TERMINAL_MAX_GAP_MS}", f"terminal_max_gap_ms\t{max_gap_ms}"))
+    return str(path)
+
+
+def decide(spark, rows, seed_file, serving):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), DDL)
+    df = df.select("*", F.timestamp_millis("ts_ms").alias("kafka_ts"))
+    return realtime.decisions(df, seed_file, None, 0.7, 60_000, serving).toPandas()
+
+
+@pytest.mark.parametrize("version,kind", [(1, "logistic-regression"), (2, "gradient-boosted-trees")])
+def test_the_real_time_path_scores_as_mllib_on_the_same_features(spark, tmp_path, version, kind):
+    estimator = next(e for k, _, e in train.candidates() if k == kind)
+    if kind == "gradient-boosted-trees":
+        estimator.setMaxIter(20)
+    fitted = train.fit(spark, estimator, training_frame(3_000, 1), FEATURES)
+    rows = payments()
+    last = rows[-1][6]
+    rng = np.random.default_rng(5)
+    terminals = {f"term-{k}": (last, [float(v) for v in rng.random(len(TERMINAL_FEATURES))]) for k in range(3)}
+    # every payment served from the table (its gap rule: the other test)
+    got = decide(spark, rows, seed_path(tmp_path), publish(tmp_path, version, fitted, terminals, 100 * DAY))
+    assert list(got["model_version"]) == [version] * len(rows) and got["model_why"].isna().all()
+    # the expected features: the same definitions, computed here
+    frame = card_windows(rows)
+    frame["amount"] = [r[3] / 100.0 for r in rows]
+    ts = pd.to_datetime([r[6] for r in rows], unit="ms")
+    frame["is_weekend"] = ts.dayofweek.isin([5, 6]).astype(float)
+    frame["is_night"] = (ts.hour <= 6).astype(float)
+    for k, n in enumerate(TERMINAL_FEATURES):
+        frame[n] = [terminals[r[2]][1][k] for r in rows]
+    for n in ("score_avg_ticket", "score_proximity", "score_velocity"):
+        frame[n] = got[n].to_numpy()  # the live analyzers (tests/spark/test_fraud_sql.py checks them)
+    want = train.score(spark, fitted, frame, FEATURES)
+    np.testing.assert_allclose(got["score"].to_numpy(), want, rtol=0, atol=1e-9)
+    assert (got["is_fraud"] == (got["score"] >= 0.5)).all()
+    assert frame["is_weekend"].nunique() == 2 and frame["c_count_30d"].max() >= 3
+    reasons = [json.loads(e) for e in got["explanation"]]
+    assert all(len(r) == 3 and 0 < sum(x["share"] for x in r) <= 1.0001 for r in reasons)
+    assert {x["feature"] for r in reasons for x in r} <= set(FEATURES)
+
+
+def test_what_the_real_time_path_cannot_serve_is_decided_by_the_rules_saying_why(spark, tmp_path):
+    fitted = train.fit(spark, next(e for k, _, e in train.candidates() if k == "logistic-regression"),
+                       training_frame(2_000, 2), FEATURES)
+    rows = payments(n_cards=3, per_card=6)
+    last = rows[-1][6]
+    # term-0 published long before the payments; term-1 just now; term-2 not at all
+    serving = publish(tmp_path, 1, fitted, {"term-0": (last - 30 * DAY, [0.1] * 6), "term-1": (last, [0.2] * 6)})
+    recent = [r for r in rows if r[6] >= last - realtime.TERMINAL_MAX_GAP_MS]
+    got = decide(spark, rows, seed_path(tmp_path), serving).set_index("txn_id")
+    for r in rows:
+        d = got.loc[r[0]]
+        if r[2] == "term-1" and r in recent:
+            assert d["model_version"] == 1 and pd.isna(d["model_why"])
+        else:
+            assert d["model_version"] == 0 and "decided with the rules (model 0)" in d["model_why"]
+            assert ("has no features" in d["model_why"]) == (r[2] == "term-2")
+            assert [x["feature"] for x in json.loads(d["explanation"])][0].startswith("score_")
+    assert (got["model_version"] == 0).sum() > len(rows) // 2
+    # a real-time start after the stateful path's snapshot: its card windows begin there, so none
+    # of the model's 30 days is whole yet -> the rules, said
+    snap = seed.Snapshot(as_of=0, ends={0: 1_000}, profiles=[])
+    later = [(*r[:8], r[8] + 1_000, *r[9:]) for r in rows]
+    got = decide(spark, later, seed_path(tmp_path, snap, folds={0: 1_000}), serving).set_index("txn_id")
+    young = [r[0] for r in later if r[6] - 30 * DAY < later[0][6]]
+    assert young and (got.loc[young, "model_version"] == 0).all()
+    assert got.loc[young, "model_why"].str.contains("card windows hold payments from").all()
+    # a model whose feature the path cannot compute: model 0 for every payment, one sentence
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    spec = json.loads((tmp_path / "v1" / models.MODEL_JSON).read_text())
+    spec["features"][0] = "c_amount_ratio_30d"
+    (odd / models.MODEL_JSON).write_text(json.dumps(spec))
+    _, _, text = realtime.serving_lines(3, 0.5, str(odd), tmp_path)
+    (tmp_path / "odd.tsv").write_text(text)
+    got = decide(spark, rows, seed_path(tmp_path), str(tmp_path / "odd.tsv"))
+    assert (got["model_version"] == 0).all()
+    assert got["model_why"].str.contains("cannot compute c_amount_ratio_30d").all()
