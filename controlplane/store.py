@@ -137,6 +137,10 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     # the fraud job's latest profile per card (its stateful path writes it in real-time mode)
     "card_profiles": ({"card_id": str, "count": int, "mean": float, "lat": float, "lon": float,
                        "place_time": int, "times": str, "updated_at": int}, "card_id"),
+    # what those profiles cover: the batch that last wrote them (its end offsets), in the same
+    # transaction; a real-time start folds from there (pipelines/fraud/seed.py)
+    "card_profile_cuts": ({"sink": str, "checkpoint_id": str, "batch_id": int, "end_offsets": str, "ts": int},
+                          "sink"),
     # where each usage query first started reading (at-most-once's truth starts there)
     "usage_starts": ({"guarantee": str, "topic": str, "offsets": str, "started_at": int},
                      ("guarantee", "topic")),
@@ -189,11 +193,16 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
 
 
 def connect(path: Path | str | None = None, s: Settings | None = None,
-            busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite_utils.Database:
+            busy_timeout_ms: int = BUSY_TIMEOUT_MS, synchronous: str = "NORMAL") -> sqlite_utils.Database:
     """Open the store (creating it and its tables on first use) in WAL mode with a busy timeout.
 
-    Readers that must stay responsive (the dashboard) pass a shorter `busy_timeout_ms`.
+    Readers that must stay responsive (the dashboard) pass a shorter `busy_timeout_ms`. Commits
+    are `synchronous=NORMAL` (durable across a crash of any process, not across a power loss: the
+    WAL is flushed at its checkpoints); the exactly-once sinks pass "FULL" (each commit flushes the
+    WAL), so a batch they wrote is on disk before Spark commits it (docs/recovery.md, Power loss).
     """
+    if synchronous not in ("NORMAL", "FULL"):
+        raise ValueError(f"synchronous must be NORMAL or FULL, not {synchronous!r}")
     path = Path(path) if path else (s or load()).store_path
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
@@ -202,7 +211,7 @@ def connect(path: Path | str | None = None, s: Settings | None = None,
     db = sqlite_utils.Database(conn)
     if db.journal_mode != "wal":
         db.enable_wal()
-    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
     ensure_schema(db)
     return db
 

@@ -36,7 +36,6 @@ from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
 from pipelines.fraud.features import FEATURE_LOG_FIELDS
 from pipelines.fraud.realtime import TERMINALS_FILE, TerminalTable
-from pipelines.fraud.realtime import TERMINALS_FILE, TerminalTable
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -413,10 +412,8 @@ class Sinks:
         self.write_profiles = o.mode == "realtime"  # the real-time path reads the profiles we keep
         # ... and the terminal features of our decisions (the real-time model's, pipelines/fraud/realtime.py)
         self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE) if o.mode == "realtime" else None
-        # ... and the terminal features of our decisions (the real-time model's, pipelines/fraud/realtime.py)
-        self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE) if o.mode == "realtime" else None
-        self.db = connect(o.store_path)
-        self.dlq_db = connect(o.store_path)  # the dead-letter query runs on its own thread
+        self.db = connect(o.store_path, synchronous="FULL")  # durable before Spark commits (docs/recovery.md)
+        self.dlq_db = connect(o.store_path, synchronous="FULL")  # the dead-letter query runs on its own thread
         self.faults = faults
         self._topics: dict[str, TransactionalTopic] = {}
         self.decided = self.late = self.fraud = 0
@@ -496,16 +493,11 @@ class Sinks:
                     kept = conn.executemany(_INSERT, store_rows).rowcount
                     count_repeated(conn, batch, ids, kept, decided_at)
                     if self.write_profiles:
-                        write_profiles(conn, table.select(["card_id", *PROFILE_COLUMNS]).to_pylist())
+                        write_profiles(conn, table.select(["card_id", *PROFILE_COLUMNS]).to_pylist(), batch)
             clock.lap("store_ms")
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(
                 batch_id, payloads, {self.o.features_topic: features})
             clock.lap("kafka_ms")
-            if self.terminals is not None:
-                try:
-                    self.terminals.update(table)
-                except OSError as exc:  # the real-time path keeps the table it has; decisions go on
-                    log.warning("could not publish the terminal features for the real-time path: %s", exc)
             if self.terminals is not None:
                 try:
                     self.terminals.update(table)
@@ -561,8 +553,16 @@ class Sinks:
 PROFILE_COLUMNS = ("p_count", "p_mean", "p_lat", "p_lon", "p_time", "p_times")
 
 
-def write_profiles(conn, rows: list[dict]) -> None:
-    """The latest profile per card of this batch -> `card_profiles` (the real-time path reads it)."""
+def write_profiles(conn, rows: list[dict], batch: ledger.Batch) -> None:
+    """The latest profile per card of this batch -> `card_profiles`, and the batch's end offsets as
+    the profiles' cut (`card_profile_cuts`), in the caller's transaction: a real-time start seeds
+    from exactly the offsets the profiles cover, never from a later batch that wrote none (the
+    fraud job writes profiles in real-time mode only)."""
+    now = now_ms()
+    conn.execute("INSERT INTO card_profile_cuts (sink, checkpoint_id, batch_id, end_offsets, ts) VALUES (?, ?, ?, ?, ?) "
+                 "ON CONFLICT(sink) DO UPDATE SET checkpoint_id = excluded.checkpoint_id, batch_id = excluded.batch_id, "
+                 "end_offsets = excluded.end_offsets, ts = excluded.ts",
+                 (batch.sink, batch.checkpoint_id, batch.batch_id, json.dumps(batch.end_offsets), now))
     latest: dict[str, dict] = {}
     for r in rows:
         latest[r["card_id"]] = r
@@ -571,5 +571,5 @@ def write_profiles(conn, rows: list[dict]) -> None:
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(card_id) DO UPDATE SET count = excluded.count, "
         "mean = excluded.mean, lat = excluded.lat, lon = excluded.lon, place_time = excluded.place_time, "
         "times = excluded.times, updated_at = excluded.updated_at",
-        [(c, r["p_count"], r["p_mean"], r["p_lat"], r["p_lon"], r["p_time"], r["p_times"], now_ms())
+        [(c, r["p_count"], r["p_mean"], r["p_lat"], r["p_lon"], r["p_time"], r["p_times"], now)
          for c, r in latest.items()])

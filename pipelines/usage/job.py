@@ -124,7 +124,7 @@ class UsageJob:
     def store_for(self, name: str):
         """One store connection per query (a query's batches run one at a time)."""
         if name not in self._dbs:
-            self._dbs[name] = connect(self.s.store_path)
+            self._dbs[name] = connect(self.s.store_path, synchronous="FULL")  # durable before Spark commits
         return self._dbs[name]
 
     def check_bound(self, sink: str, keeps_checkpoint: bool = True) -> None:

@@ -72,3 +72,24 @@ def test_a_transaction_lands_whole_or_not_at_all(tmp_path):
         conn.execute("INSERT INTO usage_counts (guarantee, processed) VALUES ('a', 1)")
         conn.execute("INSERT INTO usage_counts (guarantee, processed) VALUES ('b', 2)")
     assert db["usage_counts"].count == 2
+
+
+def test_the_exactly_once_sinks_flush_each_commit_and_the_rest_do_not(tmp_path):
+    """Issue 36 item 13: a power loss may take back the last NORMAL commits of a WAL store; the
+    fraud and usage sinks commit FULL (the WAL flushed on each commit), so a batch they wrote is
+    on disk before Spark commits it (docs/recovery.md)."""
+    from types import SimpleNamespace
+
+    from infra.config import load
+    from pipelines.fraud.sinks import Sinks
+    from pipelines.usage.job import UsageJob
+
+    path = tmp_path / "s.db"
+    assert st.connect(path).execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    with pytest.raises(ValueError):
+        st.connect(path, synchronous="OFF")
+    sinks = Sinks(SimpleNamespace(mode="microbatch", store_path=path, checkpoint=tmp_path / "cp"), load(), 1)
+    assert [d.execute("PRAGMA synchronous").fetchone()[0] for d in (sinks.db, sinks.dlq_db)] == [2, 2]  # FULL
+    s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "CARDSTREAM_DB": str(path)})
+    job = UsageJob(["exactly-once"], s)
+    assert job.store_for("usage-exactly-once").execute("PRAGMA synchronous").fetchone()[0] == 2
