@@ -42,12 +42,14 @@ def query_pattern(job: str) -> str:
     return "usage-%" if job == "usage" else job
 
 
-def first_batch_pending(db, job: str) -> bool:
-    """Whether none of the job's queries has committed a batch with rows since its lease was last
-    taken (by the active now running)."""
-    lease = db.execute("SELECT taken_at FROM leases WHERE job = ?", [job]).fetchone()
-    if not lease or lease[0] is None:
+def first_batch_pending(db, job: str, pid: int, cap_s: float) -> bool:
+    """Whether the job's active (`pid`) has not taken the lease yet, or none of the job's queries has
+    committed a batch with rows since it did, less than `cap_s` ago."""
+    lease = db.execute("SELECT taken_at, holder FROM leases WHERE job = ?", [job]).fetchone()
+    if not lease or lease[0] is None or not str(lease[1]).endswith(f":{pid}"):
         return True
+    if now_ms() - lease[0] >= cap_s * 1000:
+        return False
     return db.execute("SELECT 1 FROM batch_progress WHERE query LIKE ? AND ts > ? AND num_input_rows > 0 LIMIT 1",
                       [query_pattern(job), lease[0]]).fetchone() is None
 
@@ -148,7 +150,6 @@ class Supervisor:
         # the next standby waits for the takeover's first batch (start_standbys): on two cores its
         # JVM start and rehearsal would otherwise share the CPU with that batch
         standby.proc, standby.status, standby.after_first_batch = None, "starting", True
-        standby.restart_at = time.monotonic() + self.s.standby_start_after_takeover_max_s
         standby.detail = "starts after the takeover's first batch"
         standby.log_path = self.log_dir / f"{active.job}-standby-{active.restarts}.log"
         log.warning("%s: %s%s", active.job, active.detail, f"; old pid {old_pid}" if old_pid else "")
@@ -171,9 +172,9 @@ class Supervisor:
             age = fencing.lease_age_ms(self.db, job)
             if self.children[job].proc is None or age is None or age >= 2000:
                 continue
-            if standby.after_first_batch and standby.restart_at is None:  # the cap counts from the lease
-                standby.restart_at = time.monotonic() + self.s.standby_start_after_takeover_max_s
-            pending = any(r.job == job for r in self.faults.recoveries) or first_batch_pending(self.db, job)
+            # the cap counts from the lease of the active now running (a takeover's, or a cold restart's)
+            pending = first_batch_pending(self.db, job, self.children[job].proc.pid,
+                                          self.s.standby_start_after_takeover_max_s)
             if standby_waits(standby, pending, time.monotonic()):
                 continue
             self.start(standby)

@@ -60,10 +60,10 @@ class Child:
 
 def standby_waits(slot: Child, first_batch_pending: bool, now: float) -> bool:
     """Whether an empty standby slot must not start yet (monotonic `now`). At the start and after a
-    takeover it waits for its active's first batch with rows (`first_batch_pending`), at most until
-    `restart_at`, the cap; otherwise until `restart_at`, a dead standby's backoff, if any."""
-    if slot.after_first_batch and not first_batch_pending:
-        return False
+    takeover it waits for its active's first batch with rows (`first_batch_pending`, which has its
+    cap); otherwise until `restart_at`, a dead standby's backoff, if any."""
+    if slot.after_first_batch:
+        return first_batch_pending
     return slot.restart_at is not None and now < slot.restart_at
 
 

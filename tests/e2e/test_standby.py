@@ -24,7 +24,7 @@ import pytest
 from controlplane import commands
 from controlplane.clock import now_ms
 from controlplane.store import connect
-from infra.config import ROOT
+from infra.config import ROOT, load
 from pipelines import audit
 from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, settle, streamlit
 from bench.harness.jobs import wait_for
@@ -84,8 +84,19 @@ def test_every_page_after_the_first_minute_in_chromium(demo, tmp_path):
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(base)  # the server warms up while the first minute runs out
         first = wait_for(lambda: first_decided_at(db), 300, "the first decision")
-        # reported, not held to a number (bench/ measures): issue 36 asks for it within the first minute
+        # reported, not held to a number (`python -m bench first-minute` measures it against the
+        # 60 s goal of issue 36 item 8)
         print(f"make demo's first decision {(first - demo.started_ms) / 1000:.1f} s after its start")
+        # ... which on two cores needs the standbys' JVMs to start after their jobs' first batch with
+        # rows (or STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS after the lease), not beside the primaries
+        for job, queries in (("fraud", "fraud"), ("usage", "usage-%")):
+            wait_for(lambda job=job: status(db, f"{job}-standby")[2], 300, f"the {job} standby's start")
+            started = db.execute("SELECT started_at FROM job_status WHERE job = ?", [f"{job}-standby"]).fetchone()[0]
+            batch = db.execute("SELECT min(ts) FROM batch_progress WHERE query LIKE ? AND num_input_rows > 0",
+                               [queries]).fetchone()[0]
+            lease = db.execute("SELECT taken_at FROM leases WHERE job = ?", [job]).fetchone()[0]
+            cap_ms = int(load().standby_start_after_takeover_max_s * 1000)
+            assert started >= min(batch or lease + cap_ms, lease + cap_ms) - 500, (job, started, batch, lease)
         time.sleep(max(0.0, (demo.started_ms + FIRST_MINUTE_MS - now_ms()) / 1000))
         recent = db.execute("SELECT count(*) FROM decisions WHERE decided_at > ?", [now_ms() - 10_000]).fetchone()[0]
         assert recent > 0, "no decision in the last 10 s: the stack stopped deciding in its first minute"

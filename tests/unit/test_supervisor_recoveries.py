@@ -38,36 +38,41 @@ def test_an_exit_with_no_fault_of_its_job_is_an_exit(tmp_path):
 
 
 
-def test_after_a_takeover_the_next_standby_waits_for_the_first_batch_or_the_cap():
-    """A new standby's JVM start and rehearsal would share two cores with the takeover's first
-    batch: the slot waits while that recovery is pending, up to the cap; a dead standby's backoff
-    is kept as before."""
-    slot = Child("usage-standby", ["true"], Path("/dev/null"), after_first_batch=True, restart_at=130.0)
+def test_a_standby_slot_waits_for_the_first_batch_or_a_dead_standbys_backoff():
+    """A new standby's JVM start and rehearsal would share two cores with its active's first batch
+    (at the start and after a takeover): such a slot waits while that batch is pending (its cap is
+    in first_batch_pending); a dead standby's backoff is kept as before."""
+    slot = Child("usage-standby", ["true"], Path("/dev/null"), after_first_batch=True)
     assert standby_waits(slot, first_batch_pending=True, now=100.0)
-    assert not standby_waits(slot, first_batch_pending=False, now=100.0)  # its recovery was measured
-    assert not standby_waits(slot, first_batch_pending=True, now=131.0)   # the cap
+    assert not standby_waits(slot, first_batch_pending=False, now=100.0)
     backoff = Child("usage-standby", ["true"], Path("/dev/null"), restart_at=130.0)
     assert standby_waits(backoff, first_batch_pending=False, now=100.0)
     assert not standby_waits(backoff, first_batch_pending=False, now=131.0)
     assert not standby_waits(Child("usage-standby", ["true"], Path("/dev/null")), first_batch_pending=True, now=100.0)
 
 
-def test_a_standby_waits_for_a_batch_with_rows_after_the_lease_was_taken(tmp_path):
-    """Before the demo's first batch (and a takeover's) no standby JVM starts beside it."""
+def test_a_standby_waits_for_a_batch_with_rows_after_its_active_took_the_lease(tmp_path):
+    """Before the demo's first batch (and a takeover's, or a cold restart's) no standby JVM starts
+    beside it; at most `cap_s` after the active took the lease."""
+    import os
+
     from controlplane import fencing
     from pipelines.supervisor.core import first_batch_pending
 
     db = connect(tmp_path / "store.db")
-    assert first_batch_pending(db, "usage")  # nobody holds the lease yet
-    fencing.take_lease(db, "usage")
+    me = os.getpid()
+    assert first_batch_pending(db, "usage", me, 30)  # nobody holds the lease yet
+    fencing.take_lease(db, "usage")  # held by this process: the active
+    assert first_batch_pending(db, "usage", me + 1, 30)  # a new active that has not taken it yet
     taken = db.execute("SELECT taken_at FROM leases WHERE job = 'usage'").fetchone()[0]
     row = {"batch_id": 0, "num_input_rows": 40, "ts": taken - 1}
     db["batch_progress"].insert({**row, "query": "usage-exactly-once"})  # before the lease: another instance's
     db["batch_progress"].insert({**row, "query": "fraud", "ts": taken + 5})  # another job's
     db["batch_progress"].insert({**row, "query": "usage-windows", "ts": taken + 5, "num_input_rows": 0})
-    assert first_batch_pending(db, "usage")
+    assert first_batch_pending(db, "usage", me, 30)
+    assert not first_batch_pending(db, "usage", me, 0)  # the cap
     db["batch_progress"].insert({**row, "query": "usage-at-most-once", "ts": taken + 9})
-    assert not first_batch_pending(db, "usage")
+    assert not first_batch_pending(db, "usage", me, 30)
     time.sleep(0.02)  # the batch's ts is 9 ms past the first lease
     fencing.take_lease(db, "usage")  # a takeover: the batches before the new lease no longer count
-    assert first_batch_pending(db, "usage")
+    assert first_batch_pending(db, "usage", me, 30)
