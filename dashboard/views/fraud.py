@@ -65,8 +65,8 @@ def draw(db, s):
                                 "why": st.column_config.TextColumn(
                                     "why: its three largest reasons", width="large",
                                     help="Each reason's share of the score's explanation: a logistic regression's "
-                                         "coefficient × (value − training mean), the rules' analyzer scores; "
-                                         "— for a tree ensemble (not explained yet)."),
+                                         "coefficient × (value − training mean), a tree ensemble's path attribution "
+                                         "(Saabas), the rules' analyzer scores."),
                                 "model_version": st.column_config.NumberColumn(
                                     "model", format="%d", help="The aggregator that decided: 0 the rules, N a "
                                                                "learned version (see Model)."),

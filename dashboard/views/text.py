@@ -433,8 +433,9 @@ def reasons(explanation) -> str:
 def not_measured(model: dict | None) -> str:
     """What the Model page does not show, plainly."""
     parts = ["Each decision carries its three largest contributions (`explanation`): a logistic regression's "
-             "coefficient × (value − training mean), which decomposes its log-odds exactly; the rules' analyzer "
-             "scores"]
+             "coefficient × (value − training mean), which decomposes its log-odds exactly; a tree ensemble's path "
+             "attribution (Saabas: each split's change of the node value credited to its feature, exact along the "
+             "path); the rules' analyzer scores"]
     if model and not model.get("explain"):
         why = ("was saved without its coefficients (a version trained before they were kept)"
                if model.get("kind") == "logistic-regression" else f"is a {model['kind']}")

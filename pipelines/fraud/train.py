@@ -158,8 +158,8 @@ def train(spark, s: Settings, start: dt.date, end: dt.date, delay_days: int, as_
            "candidates": json.dumps(tried), "train_rows": int(len(train_rows)),
            "train_frauds": int(train_rows["label"].sum()), "fit_s": round(fit_s, 1),
            "created_at": int(time.time() * 1000), "path": "",
-           "explain": json.dumps(models.linear_explain(pipeline, train_rows, features)) if kind == "logistic-regression"
-           else None}
+           "explain": json.dumps(models.linear_explain(pipeline, train_rows, features) if kind == "logistic-regression"
+                                 else models.tree_explain(features))}
     version = models.register(db, row)
     path = models.models_dir(s.store_path.parent) / f"v{version}"
     pipeline.write().overwrite().save(str(path))

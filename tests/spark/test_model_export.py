@@ -92,3 +92,37 @@ def test_a_tree_ensembles_explanation_is_its_path_attribution(spark, tmp_path, k
         reasons = json.loads(spark._jvm.cardstream.fraud.ModelScore.explain(path, ",".join(repr(float(v)) for v in row)))
         assert len(reasons) == 3 and 0 < sum(r["share"] for r in reasons) <= 1.0001
         assert {r["feature"] for r in reasons[:2]} == {"t_risk_7d", "amount"}
+
+
+def test_the_stateful_path_explains_a_tree_ensembles_decisions(spark, tmp_path):
+    """A GBT version served by the fraud job's plan (models.scored_columns) carries its top three
+    path attributions; the planted pattern's features lead the flagged payments'."""
+    from controlplane.store import connect
+
+    features = models.MODEL_FEATURES
+    rng = np.random.default_rng(7)
+
+    def frame(n):
+        f = pd.DataFrame({name: rng.random(n) for name in features})
+        f["amount"] = rng.gamma(2.0, 40.0, n)
+        f["label"] = (((f["t_risk_7d"] > 0.8) & (f["amount"] > 90)) & (rng.random(n) < 0.9)).astype(int)
+        return f
+
+    fitted = train.fit(spark, estimators()["gradient-boosted-trees"], frame(4_000), features)
+    folder = tmp_path / "models" / "v1"
+    fitted.write().overwrite().save(str(folder))
+    models.write_export(fitted, features, folder)
+    db = connect(tmp_path / "store.db")
+    models.register(db, {"explain": json.dumps(models.tree_explain(features)), "kind": "gradient-boosted-trees",
+                         "params": "{}", "features": json.dumps(list(features)), "train_from": "2018-07-25",
+                         "train_to": "2018-07-31", "as_of": "2018-08-08T00:00:00", "threshold": 0.5,
+                         "validation": "{}", "candidates": "[]", "path": str(folder), "train_rows": 1,
+                         "train_frauds": 1, "fit_s": 0.0, "created_at": 0})
+    loaded = models.load(db)
+    rows = frame(400).assign(amount_cents=lambda f: (f["amount"] * 100).round().astype("int64")).drop(columns=["amount", "label"])
+    out = models.scored_columns(spark.createDataFrame(rows), loaded).toPandas()
+    reasons = [json.loads(e) for e in out["explanation"]]
+    assert all(len(r) == 3 and 0 < sum(x["share"] for x in r) <= 1.0001 for r in reasons)
+    flagged = [r for r, f in zip(reasons, out["is_fraud"]) if f]
+    assert len(flagged) >= 5
+    assert all({x["feature"] for x in r[:2]} == {"t_risk_7d", "amount"} for r in flagged)
