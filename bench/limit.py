@@ -52,18 +52,23 @@ def consume_rate(s, topic: str, n: int, timeout: float) -> float:
     return got / took
 
 
-def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
-    """Spark Kafka source -> noop sink; rows / summed triggerExecution, after a warm-up pass."""
+def noop_query(spark, topic: str, s):
+    """Spark's Kafka source (as the jobs read it) into the `noop` sink, from the earliest offset:
+    every record read and materialised, nothing done with it; trigger 0 s."""
     # deferred: pyspark (and its JVM) loads only where Spark runs
     from pipelines.engine.sources import read_kafka
 
+    return (read_kafka(spark, topic, s, starting_offsets="earliest", max_offsets_per_trigger=s.usage_max_offsets)
+            .select("key", "value", "partition", "offset", "timestamp")
+            .writeStream.format("noop").trigger(processingTime="0 seconds").start())
+
+
+def spark_noop_rate(s, topic: str, n: int, timeout: float) -> float:
+    """Spark Kafka source -> noop sink; rows / summed triggerExecution, after a warm-up pass."""
     with own_spark("cardstream-bench-limit", s) as spark:
         rate = 0.0
         for label in ("warm-up (not counted) ", ""):
-            query = (read_kafka(spark, topic, s, starting_offsets="earliest",
-                                max_offsets_per_trigger=s.usage_max_offsets)
-                     .select("key", "value", "partition", "offset", "timestamp")
-                     .writeStream.format("noop").trigger(processingTime="0 seconds").start())
+            query = noop_query(spark, topic, s)
             try:
                 progress = wait_for_rows(query, n, timeout, "bench limit: the Spark noop query")
             except RuntimeError as exc:

@@ -1,96 +1,120 @@
-"""Sustained events/s through each guarantee, Kafka -> Spark -> SQLite: `python -m bench throughput --json`.
+"""Sustained events/s through each guarantee, Kafka -> Spark -> SQLite, in wall-clock time, beside
+Spark's own Kafka -> no-op ceiling measured in the same run: `python -m bench throughput --json`.
 
 Fills a fresh decisions topic with N events from several producer processes, then runs the usage
 job's own query for each guarantee (pipelines.usage.UsageJob.start_query: same parsing, JVM
 aggregation, dedupe and sink rule) over it, one after the other in one Spark application, until
-its sink has counted all N. At-most-once is told to start from the earliest offset here (it
-normally starts from the latest), otherwise it would see none of the pre-filled topic.
+its sink has counted all N; and, in the same application over the same topic, Spark's Kafka source
+into the `noop` sink (the records read and materialised, nothing done: bench/limit.py's query).
+At-most-once is told to start from the earliest offset here (it normally starts from the latest),
+otherwise it would see none of the pre-filled topic. Every query runs with a 0 s trigger (a batch
+starts when the one before it ends; the job's own USAGE_TRIGGER_SECONDS paces a live feed, not a
+backlog) and maxOffsetsPerTrigger as the job's (USAGE_MAX_OFFSETS). One untimed warm-up pass first (JIT); with
+`--rounds R` every query runs R times, each round in a rotated order (so a load that drifts over
+the run falls on every query alike), and each figure is the median of its R runs.
 
-Figures: events/s = rows / summed trigger execution time over the query's batches (Spark's own
-progress; excludes the query's start-up), plus the wall-clock rate for reference on stderr.
-Prints {"at-most-once": …, "at-least-once": …, "exactly-once": …, "eo_over_alo": …}.
+Figures (events/s):
+- the headline, wall clock: N / (the end of the batch that brought the count to N - the start of
+  the query's first batch), from Spark's own progress (a batch's start `timestamp` plus its
+  triggerExecution). What a user waiting for the count sees, minus the query's start-up (planning,
+  the checkpoint's creation) before its first batch, which a long-running job pays once.
+- busy (beside it, named): N / the sum of the batches' triggerExecution, the figure this bench
+  printed before 2026-11-25; it leaves out the time between batches.
+- eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run.
+Prints {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop",
+"wall_clock": true, "busy": {the same four figures and ratios in busy time}}.
 
 With --cluster the same queries run on the Spark standalone cluster (infra.cluster: started for
 the run unless it is up, stopped after it if the bench started it), as an application with one
-executor per worker; the figures add the master, the workers ALIVE and the executors the
-application had.
+executor per worker; the figures add the workers ALIVE and the executors the application had.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import dataclasses
-import multiprocessing as mp
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
-from bench.common import own_broker, own_cluster, own_spark, wait_for_rows
-from infra import cluster, kafka_client
+from bench.common import fill, own_broker, own_cluster, own_spark, wait_for_rows
+from bench.limit import noop_query
+from infra import cluster
 from infra.config import load
 from infra.contracts import GUARANTEES
 from infra.topics import ensure_topics
+
+NOOP = "noop"
 
 
 def log(msg: str) -> None:
     print(f"bench throughput: {msg}", file=sys.stderr, flush=True)
 
 
-def _fill(args) -> int:
-    s, topic, start, count = args
-
-    prod = kafka_client.producer(s, acks=1, linger_ms=50, batch_size=1 << 20, max_request_size=8 << 20)
-    now = int(time.time() * 1000)
-    template = ('{"txn_id": "tx-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
-                '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
-                '"score_proximity": 0.2, "score_velocity": 0.3, "score": %s, "is_fraud": %s, "is_late": false}')
-    for i in range(start, start + count):
-        fraud = i % 50 == 0
-        value = template % (i, i % 1000, i % 97, 1000 + i % 5000, now + i // 100, now, now,
-                            "0.9" if fraud else "0.1", "true" if fraud else "false")
-        prod.send(topic, key=b"tx-%d" % i, value=value.encode())
-    prod.flush()
-    prod.close()
-    return count
+def started_at(progress: dict) -> float:
+    """A batch's trigger start (Spark's progress `timestamp`, ISO 8601 UTC) in epoch seconds."""
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def fill(s, topic: str, n: int, processes: int) -> float:
-    per = n // processes
-    jobs = [(s, topic, k * per, per if k < processes - 1 else n - per * (processes - 1))
-            for k in range(processes)]
-    t0 = time.monotonic()
-    with mp.get_context("spawn").Pool(processes) as pool:
-        sent = sum(pool.map(_fill, jobs))
-    took = time.monotonic() - t0
-    log(f"filled {topic} with {sent} events in {took:.1f} s ({sent / took:,.0f}/s, {processes} producers)")
-    return took
+def rates(progress: list[dict]) -> tuple[float, float]:
+    """(wall-clock, busy) events/s of a query's batches with rows: rows / (the last batch's end -
+    the first batch's start), and rows / the sum of their triggerExecution."""
+    if not progress:
+        return 0.0, 0.0
+    rows = sum(p["numInputRows"] for p in progress)
+    busy = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
+    last = progress[-1]
+    wall = started_at(last) + last["durationMs"].get("triggerExecution", 0) / 1000 - started_at(progress[0])
+    return (rows / wall if wall > 0 else 0.0), (rows / busy if busy > 0 else 0.0)
 
 
-def measure(job, guarantee: str, n: int, timeout: float, label: str = "") -> float:
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def figures(runs: dict[str, list[tuple[float, float]]]) -> dict:
+    """{query: [(wall, busy), ...]} -> the JSON line: medians, wall clock first, busy beside it."""
+    wall = {q: statistics.median(r[0] for r in rs) for q, rs in runs.items()}
+    busy = {q: statistics.median(r[1] for r in rs) for q, rs in runs.items()}
+
+    def line(eps: dict) -> dict:
+        return {**{q: round(eps[q]) for q in (*GUARANTEES, NOOP)},
+                "eo_over_alo": ratio(eps["exactly-once"], eps["at-least-once"]),
+                "eo_over_noop": ratio(eps["exactly-once"], eps[NOOP])}
+
+    return {**line(wall), "wall_clock": True, "busy": line(busy)}
+
+
+def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[float, float]:
+    """Run one guarantee's query (or the no-op one) over the filled topic to its N-th event."""
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from pipelines import guarantees
     from pipelines.usage.job import reset_sink
 
-    policy = guarantees.policy(guarantee)
-    reset_sink(job.db, job.s, policy.query, policy.name)  # its counts, ledger and checkpoint: a fresh run
+    if query == NOOP:
+        stream = noop_query(job.spark, job.s.topics.decisions, job.s)
+    else:
+        policy = guarantees.policy(query)
+        reset_sink(job.db, job.s, policy.query, policy.name)  # its counts, ledger and checkpoint: a fresh run
+        stream = job.start_query(policy)
     t0 = time.monotonic()
-    query = job.start_query(policy)
     try:
-        progress = wait_for_rows(query, n, timeout, f"{guarantee} query", every=0.2)
-        wall = time.monotonic() - t0
-        sink = guarantees.counts(job.db).get(guarantee, {}).get("processed", 0)
+        progress = wait_for_rows(stream, n, timeout, f"{query} query", every=0.2)
+        total = time.monotonic() - t0
+        sink = n if query == NOOP else guarantees.counts(job.db).get(query, {}).get("processed", 0)
     finally:
-        query.stop()
-    if sink != n:
-        raise RuntimeError(f"{guarantee}: the sink counted {sink} of {n} events")
+        stream.stop()
     rows = sum(p["numInputRows"] for p in progress)
-    busy = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
-    rate = rows / busy if busy else 0.0
-    log(f"{label}{guarantee}: {rows} rows in {len(progress)} batches, {busy:.1f} s busy -> {rate:,.0f}/s "
-        f"(wall {wall:.1f} s incl. start-up -> {rows / wall:,.0f}/s)")
-    return rate
+    if rows < n or sink != n:
+        raise RuntimeError(f"{query}: read {rows} and counted {sink} of {n} events within {timeout:.0f} s")
+    wall, busy = rates(progress)
+    log(f"{label}{query}: {rows} rows in {len(progress)} batches -> {wall:,.0f}/s wall clock "
+        f"({rows / wall:.2f} s), {busy:,.0f}/s busy; {rows / total:,.0f}/s counting its start-up ({total:.1f} s)")
+    return wall, busy
 
 
 def main(argv: list[str]) -> dict:
@@ -99,14 +123,15 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each query; figures are medians")
     parser.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: setting)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--topic", help="reuse a topic already filled with exactly --events events")
     parser.add_argument("--cluster", action="store_true",
                         help="run on the Spark standalone cluster (SPARK_MASTER_PORT, SPARK_WORKERS ...)")
     args = parser.parse_args(argv)
-    if args.events < 1 or args.producers < 1:
-        raise SystemExit("--events and --producers must be positive.")
+    if args.events < 1 or args.producers < 1 or args.rounds < 1:
+        raise SystemExit("--events, --producers and --rounds must be positive.")
 
     base = load()
     if args.cluster and base.spark_master.startswith("local"):
@@ -128,23 +153,33 @@ def _run(args, base) -> dict:
     topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
     if not args.topic:
         ensure_topics([topic], partitions=args.partitions, s=base)
-        fill(base, topic, args.events, args.producers)
-    out = {}
+        sent, took = fill(base, topic, args.events, args.producers)
+        log(f"filled {topic} with {sent} events in {took:.1f} s ({sent / took:,.0f}/s, {args.producers} producers)")
+    queries = [NOOP, *GUARANTEES]
+    runs: dict[str, list[tuple[float, float]]] = {q: [] for q in queries}
+    extra = {}
     with tempfile.TemporaryDirectory(prefix="bench-throughput-", dir=base.run_dir) as tmp:
         s = dataclasses.replace(base, topics=dataclasses.replace(base.topics, decisions=topic),
                                 store_path=Path(tmp) / "cardstream.db", checkpoint_root=Path(tmp) / "checkpoints",
-                                trigger_seconds=0.0,
+                                trigger_seconds=0.0, usage_trigger_seconds=0.0,
                                 usage_max_offsets=args.max_offsets or base.usage_max_offsets)
         with own_spark("cardstream-bench-throughput", s) as spark:
-            out["master"] = s.spark_master
+            log(f"on {s.spark_master}, load average {' '.join(f'{x:.1f}' for x in _load())} (1, 5, 15 min)")
             job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
             job.spark = spark
             job.epoch = fencing.take_lease(job.db, "usage")  # the queries run here, not through job.run()
-            measure(job, "at-least-once", args.events, args.timeout, label="warm-up (not counted) ")
-            for g in GUARANTEES:
-                out[g] = round(measure(job, g, args.events, args.timeout))
+            measure(job, "exactly-once", args.events, args.timeout, label="warm-up (not counted) ")
+            for r in range(args.rounds):
+                for q in queries[r % len(queries):] + queries[:r % len(queries)]:
+                    runs[q].append(measure(job, q, args.events, args.timeout, label=f"round {r + 1}: "))
             if not s.spark_master.startswith("local"):
-                out["workers"] = len(cluster.alive_workers(cluster.master_json(s) or {}, s))
-                out["executors"] = executors(spark)
-    out["eo_over_alo"] = round(out["exactly-once"] / out["at-least-once"], 3) if out["at-least-once"] else None
-    return out
+                extra = {"workers": len(cluster.alive_workers(cluster.master_json(s) or {}, s)),
+                         "executors": executors(spark)}
+            log(f"load average after the run {' '.join(f'{x:.1f}' for x in _load())} (1, 5, 15 min)")
+    return {**figures(runs), **extra}
+
+
+def _load() -> tuple[float, float, float]:
+    import os
+
+    return os.getloadavg()

@@ -16,7 +16,9 @@ PRODUCE = {"target_rate", "achieved_rate", "p50_send_ms", "p99_send_ms", "timed"
            "failed", "in_topics", "seconds", "cpu_us_per_tx", "path", "load_average_1m", "cpus"}
 LIMIT = {"kafka_python_consume_eps", "spark_noop_eps", "produce_eps", "events", "partitions", "producers", "cpus",
          "load_average_1m"}
-THROUGHPUT = {"master", "at-most-once", "at-least-once", "exactly-once", "eo_over_alo"}
+THROUGHPUT = {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop", "wall_clock",
+              "busy"}
+BUSY = {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop"}
 
 
 def test_produce_and_all_run_and_print_their_figures(kafka):
@@ -39,6 +41,13 @@ def test_limit_and_throughput_run_on_the_shared_spark_session(kafka, spark):
 
     out = throughput.main(SMOKE["throughput"])
     assert set(out) == THROUGHPUT, set(out) ^ THROUGHPUT
-    assert min(out[g] for g in ("at-most-once", "at-least-once", "exactly-once")) > 0
+    assert set(out["busy"]) == BUSY, set(out["busy"]) ^ BUSY
+    assert out["wall_clock"] is True
+    for figures in (out, out["busy"]):
+        assert min(figures[q] for q in ("at-most-once", "at-least-once", "exactly-once", "noop")) > 0
+        assert abs(figures["eo_over_alo"] - figures["exactly-once"] / figures["at-least-once"]) < 0.01
+        assert abs(figures["eo_over_noop"] - figures["exactly-once"] / figures["noop"]) < 0.01
+    # busy time leaves out the time between batches: never a lower rate than the wall clock's
+    assert out["busy"]["exactly-once"] >= out["exactly-once"] * 0.999
     # the benches leave a session they did not start running
     assert spark.range(3).count() == 3
