@@ -30,12 +30,13 @@ from pathlib import Path
 from controlplane import fencing, ledger
 from controlplane.store import connect
 from infra import kafka_client, logs
+from infra.topics import ensure_topics
 from infra.config import Settings, load
 from infra.contracts import RT_GUARANTEES as REALTIME_GUARANTEES
 from pipelines.engine import checkpoints
 from pipelines.engine.poison import Streaks
 from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
-from pipelines.engine.session import warm_up
+from pipelines.engine.session import get_spark, record_ui, warm_up
 from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
 from pipelines.fraud import models
@@ -279,9 +280,6 @@ class ModelSwitch:
                          (JOB, self.model.version, self.model.why, int(time.time() * 1000), self.epoch))
         log.info("deciding with model %s%s", self.model.version,
                  " (the rules)" if self.model.version == models.RULES else "")
-        from pipelines.fraud import realtime
-
-        realtime.follow_switch(self.db, JOB, self.model.version)  # the real-time path, when it runs
 
     def switch_if_asked(self, runner, faults) -> None:
         from controlplane import commands
@@ -400,65 +398,102 @@ def refuse_other_layout(o: Options, s: Settings) -> None:
         sys.exit(EXIT_REFUSED)
 
 
-def main(argv: list[str] | None = None) -> int:
-    logs.setup()
-    s = load()
-    o = parse_args(sys.argv[1:] if argv is None else argv, s)
-    if o.standby:
-        listen()
-    from infra.topics import ensure_topics
-    from pipelines.engine import metrics
-    from pipelines.engine.session import get_spark, record_ui
-
+def ensure_job_topics(o: Options, s: Settings) -> bool:
+    """Create the job's topics; False (logged) when Kafka cannot be reached."""
     try:
         ensure_topics([o.transactions_topic, o.decisions_topic, o.dlq_topic, o.markers_topic,
                        o.realtime_topic, o.labels_topic, o.features_topic], s=s)
     except Exception as exc:  # kafka-python's NoBrokersAvailable and friends
         log.error("cannot reach Kafka at %s: %s", s.kafka_bootstrap, exc)
-        return 2
-    db = connect(o.store_path)
-    check_bound(db, o)
-    refuse_other_layout(o, s)
+        return False
+    return True
+
+
+def open_session(o: Options, s: Settings):
+    """The job's Spark session, with real-time mode's slots when the real-time path runs beside."""
     spark = get_spark("cardstream-fraud", s, **(realtime_conf(s, o) if o.mode == "realtime" else {}))
     # No empty batches: the TTL'd state would otherwise ask for one every trigger (and an
     # availableNow run would never end); an expired card reads as absent at once, and Spark
     # removes expired entries in the next batch with data.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    o.checkpoint.mkdir(parents=True, exist_ok=True)
+    return spark
+
+
+def stop_on_signal() -> threading.Event:
+    """An event SIGTERM and SIGINT set: the job stops its queries cleanly when it is set."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    if o.standby:
-        record_ui(db, f"{JOB}-standby", spark)
-        warm_up(spark, s, o.transactions_topic)
-        if s.standby_rehearsal:
-            try:
-                rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set())
-            except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
-                log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
-        if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
-            spark.stop()
-            return 0
-        check_bound(db, o)  # the active may have created the checkpoints meanwhile
-        refuse_other_layout(o, s)
-    # after the standby's rehearsal: its batch is no batch of the job's
+    return stop
+
+
+def wait_as_standby(spark, db, o: Options, s: Settings, stop: threading.Event) -> bool:
+    """A warm standby: session warmed (and rehearsed), then wait for the job's lease. False when
+    asked to stop first; on takeover, the checks the active may have made stale run again."""
+    record_ui(db, f"{JOB}-standby", spark)
+    warm_up(spark, s, o.transactions_topic)
+    if s.standby_rehearsal:
+        try:
+            rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set())
+        except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
+            log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
+    if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
+        return False
+    check_bound(db, o)  # the active may have created the checkpoints meanwhile
+    refuse_other_layout(o, s)
+    return True
+
+
+def record_progress(spark, o: Options) -> None:
+    """The progress listener that records each of the job's batches in the store."""
+    from pipelines.engine import metrics  # pyspark: loaded once the session is
+
     metrics.install(spark, o.store_path, {JOB: str(o.checkpoint / "decisions"),
                                           f"{JOB}-dlq": str(o.checkpoint / "dlq"),
                                           f"{JOB}-rt": str(o.checkpoint / "realtime")})
-    took_over = time.monotonic()
+
+
+def take_over(spark, db, o: Options) -> tuple[int, Heartbeat]:
+    """Become the job: the lease taken (its epoch fences every write), the heartbeat that keeps it."""
     epoch = fencing.take_lease(db, JOB)
     record_ui(db, JOB, spark)
     heartbeat = Heartbeat(o.store_path, JOB, epoch)
     heartbeat.start()
-    faults = Faults(o.store_path, [JOB], job=JOB)
-    sinks = Sinks(o, s, epoch, faults)
-    sinks.prepare()
-    if o.mode == "realtime":
-        # The real-time query needs the CPU, so the stateful companion (and its dead-letter query)
-        # batch less often (COMPANION_TRIGGER_SECONDS: each batch costs planning, commits and a
-        # pair of young collections whatever its size); the batch keeps the usual bound
-        # (MAX_OFFSETS_PER_TRIGGER), so the authoritative decisions keep up with the input.
-        o = replace(o, trigger_seconds=max(o.trigger_seconds, s.companion_trigger_seconds))
+    return epoch, heartbeat
+
+
+def companion_options(o: Options, s: Settings) -> Options:
+    """The stateful path's options: in real-time mode it batches less often (the real-time query
+    needs the CPU; COMPANION_TRIGGER_SECONDS, since each batch costs planning, commits and a pair
+    of young collections whatever its size); the batch keeps the usual bound
+    (MAX_OFFSETS_PER_TRIGGER), so the authoritative decisions keep up with the input."""
+    if o.mode != "realtime":
+        return o
+    return replace(o, trigger_seconds=max(o.trigger_seconds, s.companion_trigger_seconds))
+
+
+def realtime_starter(spark, db, o: Options, s: Settings, epoch: int):
+    """start(restart) for the real-time query; each start is recorded in `fraud_rt_runs`."""
+    from pipelines.fraud import realtime
+
+    def start_realtime(restart=False):
+        started_at = int(time.time() * 1000)  # before the query: its first decision comes after
+        query, plan, resumed = realtime.start(spark, o, s, started_at, JOB)
+        log.info("real-time path (%s) reads from %s, folds from %s%s", o.guarantee, plan.starts, plan.folds,
+                 f"; its profiles miss what came before the fold on partitions {sorted(plan.holes)}"
+                 if plan.holes else "")
+        # the Fraud page says what this start did: it reads the guarantee from here
+        db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": o.guarantee,
+                                    "resumed": int(resumed), "epoch": epoch, "pid": os.getpid()})
+        return query
+
+    return realtime.QUERY, start_realtime
+
+
+def build_runner(spark, db, o: Options, s: Settings, epoch: int, sinks: Sinks, faults: Faults,
+                 stop: threading.Event) -> QueryRunner:
+    """The runner of the job's queries: decisions (with the poison-batch rule and the model
+    switch), dead letters, and the real-time path in real-time mode."""
     poison = Poison(Streaks(s.poison_batch_failures),
                     {JOB: o.checkpoint / "decisions", f"{JOB}-dlq": o.checkpoint / "dlq"})
     quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
@@ -467,34 +502,22 @@ def main(argv: list[str] | None = None) -> int:
     serving = ModelSwitch(db, epoch, models.load(db))
     start = starters(spark, o, s, sinks, poison, quarantine, lambda: serving.model)
     if o.mode == "realtime":
-        from pipelines.fraud import realtime
-
-        def start_realtime(restart=False):
-            started_at = int(time.time() * 1000)  # before the query: its first decision comes after
-            query, plan, resumed = realtime.start(spark, o, s, started_at, JOB)
-            log.info("real-time path (%s) reads from %s, folds from %s%s", o.guarantee, plan.starts, plan.folds,
-                     f"; its profiles miss what came before the fold on partitions {sorted(plan.holes)}"
-                     if plan.holes else "")
-            # the Fraud page says what this start did: it reads the guarantee from here
-            db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": o.guarantee,
-                                        "resumed": int(resumed), "epoch": epoch, "pid": os.getpid()})
-            return query
-
-        start[realtime.QUERY] = start_realtime
+        name, start_realtime = realtime_starter(spark, db, o, s, epoch)
+        start[name] = start_realtime
     # the dead-letter query never gives up: a dead-letter send that keeps failing must not stop
     # decisions (each failure is retried, counted in query_failures and shown on the Faults page)
-    runner = QueryRunner(JOB, db, epoch, start, stop,
-                         finished=lambda qs: o.available_now and all(
-                             not q.isActive and q.exception() is None for q in qs),
-                         poison=poison, retry_forever=(f"{JOB}-dlq",),
-                         deferred=() if o.available_now else (f"{JOB}-dlq",),
-                         tick=lambda r: serving.switch_if_asked(r, faults))
-    runner.start()
-    faults.start()
-    log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)
-    log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s%s", o.mode, epoch, o.transactions_topic,
-             o.decisions_topic, o.store_path, o.checkpoint,
-             f"; real-time path {o.guarantee} -> {o.realtime_topic}" if o.mode == "realtime" else "")
+    return QueryRunner(JOB, db, epoch, start, stop,
+                       finished=lambda qs: o.available_now and all(
+                           not q.isActive and q.exception() is None for q in qs),
+                       poison=poison, retry_forever=(f"{JOB}-dlq",),
+                       deferred=() if o.available_now else (f"{JOB}-dlq",),
+                       tick=lambda r: serving.switch_if_asked(r, faults))
+
+
+def run_until_stopped(runner: QueryRunner, stop: threading.Event, faults: Faults, heartbeat: Heartbeat,
+                      sinks: Sinks) -> int:
+    """Watch the queries until they finish, fail for good or the job is stopped; then stop
+    everything in order (the lease kept when another epoch superseded this one)."""
     code = 1
     try:
         code = runner.watch()
@@ -507,3 +530,37 @@ def main(argv: list[str] | None = None) -> int:
         wait_for_listener(list(runner.queries.values()), sinks.db)
         log.info("stopped; decided %s (%s fraud, %s late) in this run.", sinks.decided, sinks.fraud, sinks.late)
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    logs.setup()
+    s = load()
+    o = parse_args(sys.argv[1:] if argv is None else argv, s)
+    if o.standby:
+        listen()
+    if not ensure_job_topics(o, s):
+        return 2
+    db = connect(o.store_path)
+    check_bound(db, o)
+    refuse_other_layout(o, s)
+    spark = open_session(o, s)
+    o.checkpoint.mkdir(parents=True, exist_ok=True)
+    stop = stop_on_signal()
+    if o.standby and not wait_as_standby(spark, db, o, s, stop):
+        spark.stop()
+        return 0
+    record_progress(spark, o)  # after the standby's rehearsal: its batch is no batch of the job's
+    took_over = time.monotonic()
+    epoch, heartbeat = take_over(spark, db, o)
+    faults = Faults(o.store_path, [JOB], job=JOB)
+    sinks = Sinks(o, s, epoch, faults)
+    sinks.prepare()
+    o = companion_options(o, s)
+    runner = build_runner(spark, db, o, s, epoch, sinks, faults, stop)
+    runner.start()
+    faults.start()
+    log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)
+    log.info("%s mode, epoch %s, reading %s -> %s + %s, checkpoint %s%s", o.mode, epoch, o.transactions_topic,
+             o.decisions_topic, o.store_path, o.checkpoint,
+             f"; real-time path {o.guarantee} -> {o.realtime_topic}" if o.mode == "realtime" else "")
+    return run_until_stopped(runner, stop, faults, heartbeat, sinks)
