@@ -38,8 +38,9 @@ import numpy as np
 import pandas as pd
 
 from infra.histories import HANDBOOK, ColumnMap
-from pipelines.fraud.features import (BASELINE_FEATURES, CARD_FEATURES, NIGHT_LAST_HOUR, TERMINAL_FEATURES,
-                                      WINDOW_DAYS)
+from pipelines.fraud.features import (BASELINE_FEATURES, CARD_FEATURES, CARD_STATE_DAYS, HISTORY_FEATURES,
+                                      NIGHT_LAST_HOUR, NO_FRAUD_DAYS, OVER_MEAN_DAYS, PAST_DAYS, RISK_DAYS,
+                                      TERMINAL_FEATURES, WINDOW_DAYS)
 from pipelines.fraud.metrics import auc_roc, average_precision, card_precision_at_k
 
 DAY = pd.Timedelta(days=1)
@@ -119,9 +120,9 @@ class Protocol:
 
     @property
     def history_start(self) -> dt.date:
-        """The first day the training period's features look at: the longest window, plus the
-        delay for a terminal's (its windows end `delay_days` before the payment)."""
-        return self.train_start - dt.timedelta(days=max(WINDOW_DAYS) + self.delay_days)
+        """The first day the training period's features look at: a card's longest past, or a
+        terminal's longest window plus the delay (its windows end `delay_days` before the payment)."""
+        return self.train_start - dt.timedelta(days=max(CARD_STATE_DAYS, max(WINDOW_DAYS) + self.delay_days))
 
     def validation(self) -> "Protocol":
         """The handbook's hold-out validation (ch. 5): the same protocol with training starting
@@ -267,10 +268,13 @@ def _group_sorted(groups: pd.Series, t: np.ndarray):
     order = np.lexsort((np.arange(len(t)), t, codes))
     t0 = t.min() if len(t) else 0
     rel = t - t0
-    # a group's keys stay clear of the next group's even after subtracting the longest window
-    stride = int(rel.max() if len(t) else 0) + 86_400 * (max(WINDOW_DAYS) + 400) + 1
-    key = codes[order] * stride + rel[order]
+    key = codes[order] * _stride(t) + rel[order]
     return order, key
+
+
+def _stride(t: np.ndarray) -> int:
+    """A group's keys stay clear of the next group's even after subtracting the longest window."""
+    return int(t.max() - t.min() if len(t) else 0) + 86_400 * (max(WINDOW_DAYS) + 400) + 1
 
 
 def _left(key: np.ndarray, seconds: int) -> np.ndarray:
@@ -337,9 +341,88 @@ def baseline_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     return out[list(BASELINE_FEATURES)]
 
 
+def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
+    """The HISTORY_FEATURES (pipelines/fraud/features.py) of every payment of `tx`, indexed like
+    `tx`, computed as History.java computes them (the same integer and floating-point steps, so
+    the two agree exactly; tests/spark/test_history_features.py):
+
+    - c_amount_ratio_<w>d: amount x n / s over the card's earlier payments in (t - w, t] (n of
+      them, s their cents; the payment itself excluded), 1 when n = 0 or s = 0;
+    - c_amount_z_<w>d: (amount x n - s) / sqrt(n x ss - s^2) (ss the sum of squared cents: the
+      population z-score), 0 when that root is 0;
+    - c_over_mean_<w>d: the card's payments in (t - w, t], this one included, whose amount was
+      over 2.5x their own 30-day past mean (2 x amount x n > 5 x s, n > 0);
+    - t_risk_<w>d for w in RISK_DAYS as t_risk in `baseline_features`; t_frauds_28d the frauds
+      in (t - delay - 28 days, t - delay]; t_days_since_fraud (t - the last fraud at or before
+      t - delay) in days, capped at NO_FRAUD_DAYS (also when there is none).
+    """
+    n = len(tx)
+    t = _times_s(tx)
+    cents = _cents(tx).astype(np.int64)
+    position = np.arange(n)
+    out = {}
+
+    order, key = _group_sorted(tx["card_id"], t)
+    a = cents[order].astype(np.int64)
+    csum = np.r_[0, np.cumsum(a)]
+    csq = np.r_[0, np.cumsum(a * a)]
+    af = a.astype(float)
+    card = {}
+    past = {}
+    for w in PAST_DAYS:
+        left = _left(key, w * 86_400)
+        cnt = (position - left).astype(float)
+        sm = (csum[position] - csum[left]).astype(float)
+        sq = (csq[position] - csq[left]).astype(float)
+        past[w] = (cnt, sm)
+        an = af * cnt
+        with np.errstate(divide="ignore", invalid="ignore"):
+            card[f"c_amount_ratio_{w}d"] = np.where((cnt > 0) & (sm > 0), an / sm, 1.0)
+            root = np.sqrt(np.maximum(cnt * sq - sm * sm, 0.0))
+            card[f"c_amount_z_{w}d"] = np.where(root > 0, (an - sm) / root, 0.0)
+    cnt30, sm30 = past[30]
+    over = ((cnt30 > 0) & (2.0 * af * cnt30 > 5.0 * sm30)).astype(np.int64)
+    osum = np.r_[0, np.cumsum(over)]
+    for w in OVER_MEAN_DAYS:
+        left = _left(key, w * 86_400)
+        card[f"c_over_mean_{w}d"] = (osum[position + 1] - osum[left]).astype(float)
+
+    labels = tx["label"].to_numpy(dtype=np.int64)
+    torder, tkey = _group_sorted(tx["merchant_id"], t)
+    lab = labels[torder]
+    fsum = np.r_[0, np.cumsum(lab)]
+    end = _left(tkey, delay_days * 86_400)
+    terminal = {}
+    for w in RISK_DAYS:
+        start = _left(tkey, (delay_days + w) * 86_400)
+        count = end - start
+        frauds = fsum[end] - fsum[start]
+        terminal[f"t_risk_{w}d"] = np.where(count > 0, frauds / np.maximum(count, 1), 0.0)
+    start = _left(tkey, (delay_days + 28) * 86_400)
+    terminal["t_frauds_28d"] = (fsum[end] - fsum[start]).astype(float)
+    codes = tkey // _stride(t)
+    group_start = np.searchsorted(codes, codes, side="left")
+    last = np.maximum.accumulate(np.where(lab == 1, position, -1))
+    prev = np.where(end > 0, last[np.maximum(end - 1, 0)], -1)
+    known = (prev >= group_start)
+    ts = t[torder]
+    since = np.where(known, (ts - ts[np.maximum(prev, 0)]) / 86_400.0, NO_FRAUD_DAYS)
+    terminal["t_days_since_fraud"] = np.minimum(since, NO_FRAUD_DAYS)
+
+    result = pd.DataFrame(index=tx.index)
+    for name in HISTORY_FEATURES:
+        values = np.empty(n)
+        if name.startswith("c_"):
+            values[order] = card[name]
+        else:
+            values[torder] = terminal[name]
+        result[name] = values
+    return result
+
+
 def with_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
-    """`tx` with its BASELINE_FEATURES columns added."""
-    return pd.concat([tx, baseline_features(tx, delay_days)], axis=1)
+    """`tx` with its BASELINE_FEATURES and HISTORY_FEATURES columns added."""
+    return pd.concat([tx, baseline_features(tx, delay_days), history_features(tx, delay_days)], axis=1)
 
 
 # ------------------------------------------------------------------ evaluation

@@ -14,11 +14,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.fraud.features import BASELINE_FEATURES
-
-# What a model is fed, in order: the payment's amount, the event-time features, the analyzers'
-# scores. The feature log holds every one of them for every decision.
-MODEL_FEATURES = ("amount",) + BASELINE_FEATURES + ("score_avg_ticket", "score_proximity", "score_velocity")
+from pipelines.fraud.features import MODEL_FEATURES  # noqa: F401 - the one list, named here too
 RULES = 0
 log = logging.getLogger("fraud")
 

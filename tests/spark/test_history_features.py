@@ -1,6 +1,8 @@
 """The fraud job's event-time features against a pandas computation of the same windows, on two
 weeks of the fraud-detection handbook's dataset replayed in two micro-batches (the state carries
-the first week into the second; the second week's labels arrive with it, after their delay)."""
+the first week into the second; the second week's labels arrive with it, after their delay): the
+baseline windows against pandas rolling windows, the further history features (the card's past,
+the terminal's known frauds) against pipelines/fraud/handbook.py history_features."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +10,8 @@ import pandas as pd
 import pytest
 
 from infra.histories import HANDBOOK
-from pipelines.fraud.features import BASELINE_FEATURES, LABEL_SCHEMA, with_history
+from pipelines.fraud.features import HISTORY_FEATURES, LABEL_SCHEMA, STREAM_FEATURES, with_history
+from pipelines.fraud.handbook import history_features
 from pipelines.fraud.state import SCORED_DDL
 
 pytestmark = pytest.mark.spark
@@ -45,6 +48,11 @@ def reference(tx: pd.DataFrame, delay_days: int) -> pd.DataFrame:
         k = rolling("TERMINAL_ID", "TX_FRAUD", delay_days + w, "sum") - rolling("TERMINAL_ID", "TX_FRAUD", delay_days, "sum")
         out[f"t_count_{w}d"] = n
         out[f"t_risk_{w}d"] = np.where(n > 0, k / np.where(n > 0, n, 1), 0.0)
+    frame = pd.DataFrame({"txn_id": tx["TRANSACTION_ID"], "card_id": tx["CUSTOMER_ID"], "merchant_id": tx["TERMINAL_ID"],
+                          "event_time": tx["TX_DATETIME"], "amount": tx["TX_AMOUNT"], "label": tx["TX_FRAUD"]})
+    further = history_features(frame, delay_days)
+    for name in HISTORY_FEATURES:
+        out[name] = further[name].values
     return out.set_index("TRANSACTION_ID")
 
 
@@ -103,11 +111,14 @@ def test_card_and_terminal_windows_match_pandas_across_batches(spark, settings, 
 
     want = reference(tx, delay)
     assert len(got) == len(tx)
-    frame = pd.DataFrame([{k: r[k] for k in ("txn_id", *BASELINE_FEATURES)} for r in got.values()])
+    frame = pd.DataFrame([{k: r[k] for k in ("txn_id", *STREAM_FEATURES)} for r in got.values()])
     frame["TRANSACTION_ID"] = frame["txn_id"].str.removeprefix(HANDBOOK.id_prefix).astype("int64")
     frame = frame.set_index("TRANSACTION_ID").loc[want.index]
-    for name in BASELINE_FEATURES:
+    for name in STREAM_FEATURES:
         np.testing.assert_allclose(frame[name].astype(float).values, want[name].values, atol=1e-9, err_msg=name)
     # the windows are not trivially zero: week two's terminals see week one's frauds after the delay
     assert (frame.loc[tx.loc[~first, "TRANSACTION_ID"].values, "t_risk_7d"] > 0).sum() > 100
     assert frame["c_count_30d"].max() > frame["c_count_1d"].max()
+    # ... nor are the further ones: payments far over their card's past, terminals with known frauds
+    assert (frame["c_over_mean_14d"] > 0).sum() > 100 and (frame["c_amount_z_60d"] > 3).sum() > 100
+    assert (frame["t_frauds_28d"] > 1).sum() > 10 and frame["t_days_since_fraud"].between(0, 14, inclusive="neither").sum() > 100

@@ -38,8 +38,9 @@ def test_the_handbook_s_weeks():
     assert str(p.train) == "2018-07-25..2018-07-31"
     assert str(p.delay) == "2018-08-01..2018-08-07"
     assert str(p.test) == "2018-08-08..2018-08-14"
-    # 30-day card windows and 30-day terminal windows ending 7 days back: 37 days before training
-    assert p.history_start == D(2018, 6, 18)
+    # a card's 60-day past, longer than 30-day terminal windows ending 7 days back (37 days)
+    assert p.history_start == D(2018, 5, 26)
+    assert Protocol(delay_days=40).history_start == D(2018, 7, 25) - dt.timedelta(days=70)
     assert Protocol("2018-07-25") == p and Protocol(dt.datetime(2018, 7, 25, 13)) == p
 
 

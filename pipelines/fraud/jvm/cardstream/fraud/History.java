@@ -39,6 +39,13 @@ public final class History {
     static final long DAY_MS = 86_400_000L;
     static final int[] WINDOW_DAYS = {1, 7, 30};
     static final int LONGEST = 30;
+    // beyond the baseline (features.py HISTORY_FEATURES)
+    static final int[] PAST_DAYS = {30, 60};
+    static final int[] OVER_MEAN_DAYS = {1, 7, 14};
+    static final int[] RISK_DAYS = {14, 21, 28};
+    static final int FRAUDS_DAYS = 28;
+    static final double NO_FRAUD_DAYS = 90.0;
+    static final int CARD_LONGEST = 60;
 
     /** Card windows: (count, mean amount in currency units) over (t - w days, t], current included. */
     static double[] cardFeatures(long[] times, long[] amounts, int n, long t) {
@@ -55,6 +62,92 @@ public final class History {
             out[2 * k] = count;
             out[2 * k + 1] = count == 0 ? 0.0 : sum / 100.0 / count;
         }
+        return out;
+    }
+
+    /**
+     * The payment (amount `a` cents at t) against the card's earlier payments (the first n entries,
+     * the payment not among them) in (t - w, t], w in PAST_DAYS: per window its amount over their
+     * mean (1 when none) then its population z-score (0 without spread), as
+     * a x count / sum and (a x count - sum) / sqrt(count x sumsq - sum^2), in exact integers
+     * held in doubles (handbook.py history_features does the same steps). The last element is 1
+     * when the payment is over 2.5x its 30-day past mean (2 a count > 5 sum).
+     */
+    static double[] pastFeatures(long[] times, long[] amounts, int n, long t, long a) {
+        double[] out = new double[2 * PAST_DAYS.length + 1];
+        double over = 0.0;
+        for (int k = 0; k < PAST_DAYS.length; k++) {
+            long from = t - PAST_DAYS[k] * DAY_MS;
+            double count = 0, sum = 0, sumsq = 0;
+            for (int i = 0; i < n; i++) {
+                if (times[i] > from && times[i] <= t) {
+                    double v = amounts[i];
+                    count++;
+                    sum += v;
+                    sumsq += v * v;
+                }
+            }
+            double an = (double) a * count;
+            out[k] = count > 0 && sum > 0 ? an / sum : 1.0;
+            double root = Math.sqrt(Math.max(count * sumsq - sum * sum, 0.0));
+            out[PAST_DAYS.length + k] = root > 0 ? (an - sum) / root : 0.0;
+            if (PAST_DAYS[k] == 30) over = count > 0 && 2.0 * a * count > 5.0 * sum ? 1.0 : 0.0;
+        }
+        out[out.length - 1] = over;
+        return out;
+    }
+
+    /** The card's payments flagged over their past mean in (t - w, t], w in OVER_MEAN_DAYS. */
+    static double[] overMeanCounts(long[] times, long[] over, int n, long t) {
+        double[] out = new double[OVER_MEAN_DAYS.length];
+        for (int k = 0; k < OVER_MEAN_DAYS.length; k++) {
+            long from = t - OVER_MEAN_DAYS[k] * DAY_MS;
+            long count = 0;
+            for (int i = 0; i < n; i++) {
+                if (times[i] > from && times[i] <= t) count += over[i];
+            }
+            out[k] = count;
+        }
+        return out;
+    }
+
+    /**
+     * The terminal's known frauds up to t - delay: the share of frauds over (t - delay - w days,
+     * t - delay] for w in RISK_DAYS, the frauds over FRAUDS_DAYS, the days since the last of them
+     * (`lastPruned`: the newest fraud dropped from the kept ones, or Long.MIN_VALUE), capped at
+     * NO_FRAUD_DAYS, which also stands for none.
+     */
+    static double[] fraudFeatures(long[] times, int n, long[] frauds, int nf, long lastPruned, long t, long delayMs) {
+        double[] out = new double[RISK_DAYS.length + 2];
+        long end = t - delayMs;
+        for (int k = 0; k < RISK_DAYS.length; k++) {
+            long from = end - RISK_DAYS[k] * DAY_MS;
+            long count = 0, fraud = 0;
+            for (int i = 0; i < n; i++) {
+                if (times[i] > from && times[i] <= end) count++;
+            }
+            for (int i = 0; i < nf; i++) {
+                if (frauds[i] > from && frauds[i] <= end) fraud++;
+            }
+            out[k] = count == 0 ? 0.0 : Math.min(1.0, (double) fraud / count);
+        }
+        long from = end - FRAUDS_DAYS * DAY_MS;
+        long known = 0, last = lastPruned <= end ? lastPruned : Long.MIN_VALUE;
+        for (int i = 0; i < nf; i++) {
+            if (frauds[i] <= end) {
+                if (frauds[i] > from) known++;
+                last = Math.max(last, frauds[i]);
+            }
+        }
+        out[RISK_DAYS.length] = known;
+        out[RISK_DAYS.length + 1] = last == Long.MIN_VALUE ? NO_FRAUD_DAYS
+            : Math.min((double) (t - last) / DAY_MS, NO_FRAUD_DAYS);
+        return out;
+    }
+
+    static double[] concat(double[] a, double[] b) {
+        double[] out = Arrays.copyOf(a, a.length + b.length);
+        System.arraycopy(b, 0, out, a.length, b.length);
         return out;
     }
 
@@ -104,9 +197,13 @@ public final class History {
 
     static final StructType CARD_STATE = new StructType()
         .add("times", DataTypes.createArrayType(DataTypes.LongType, false))
-        .add("amounts", DataTypes.createArrayType(DataTypes.LongType, false));
+        .add("amounts", DataTypes.createArrayType(DataTypes.LongType, false))
+        .add("over", DataTypes.createArrayType(DataTypes.LongType, false));
 
-    /** Scored rows (card_id, event_time, amount_cents, txn_id, ...) -> the same + CARD_FEATURES. */
+    /**
+     * Scored rows (card_id, event_time, amount_cents, txn_id, ...) -> the same + CARD_FEATURES +
+     * CARD_PAST_FEATURES (features.py); the state keeps CARD_LONGEST days of each card.
+     */
     public static Dataset<Row> cardWindows(Dataset<Row> scored, String outDdl, long ttlMs) {
         StructType out = StructType.fromDDL(outDdl);
         StructType in = scored.schema();
@@ -131,7 +228,7 @@ public final class History {
 
         @Override
         public void init(OutputMode outputMode, TimeMode timeMode) {
-            state = getHandle().getValueState("history", Encoders.row(CARD_STATE), TTLConfig.apply(Duration.ofMillis(ttlMs)));
+            state = getHandle().getValueState("card_history", Encoders.row(CARD_STATE), TTLConfig.apply(Duration.ofMillis(ttlMs)));
         }
 
         @Override
@@ -140,26 +237,54 @@ public final class History {
             List<Row> batch = new ArrayList<>();
             while (rows.hasNext()) batch.add(rows.next());
             batch.sort(Comparator.comparingLong((Row r) -> r.getLong(eventTime)).thenComparing(r -> r.getString(txnId)));
-            long[] times = new long[0], amounts = new long[0];
+            long[] times = new long[0], amounts = new long[0], over = new long[0];
             if (state.exists()) {
                 Row s = state.get();
                 times = toLongs(s.getList(0));
                 amounts = toLongs(s.getList(1));
+                over = toLongs(s.getList(2));
             }
             int n = times.length;
             times = Arrays.copyOf(times, n + batch.size());
             amounts = Arrays.copyOf(amounts, n + batch.size());
+            over = Arrays.copyOf(over, n + batch.size());
             List<Row> out = new ArrayList<>(batch.size());
             for (Row r : batch) {
-                long t = r.getLong(eventTime);
-                n = insert(times, amounts, n, t, r.getLong(amount));
-                out.add(withFeatures(r, -1, cardFeatures(times, amounts, n, t)));
+                long t = r.getLong(eventTime), a = r.getLong(amount);
+                double[] past = pastFeatures(times, amounts, n, t, a);
+                int at = insertAt(times, n, t);
+                shift(amounts, n, at, a);
+                shift(over, n, at, (long) past[past.length - 1]);
+                n++;
+                double[] features = concat(concat(cardFeatures(times, amounts, n, t), Arrays.copyOf(past, past.length - 1)),
+                                           overMeanCounts(times, over, n, t));
+                out.add(withFeatures(r, -1, features));
             }
             long newest = n > 0 ? times[n - 1] : 0;
-            n = keepAfter(times, amounts, n, newest - LONGEST * DAY_MS);
-            state.update(RowFactory.create(Arrays.copyOf(times, n), Arrays.copyOf(amounts, n)));
+            long from = newest - CARD_LONGEST * DAY_MS;
+            int first = 0;
+            while (first < n && times[first] <= from) first++;
+            state.update(RowFactory.create(Arrays.copyOfRange(times, first, n), Arrays.copyOfRange(amounts, first, n),
+                                           Arrays.copyOfRange(over, first, n)));
             return scala.jdk.javaapi.CollectionConverters.asScala(out.iterator());
         }
+    }
+
+    /** Insert t into the first n of the time-ordered `times` (capacity left), after equal times; its index. */
+    static int insertAt(long[] times, int n, long t) {
+        int i = n;
+        while (i > 0 && times[i - 1] > t) {
+            times[i] = times[i - 1];
+            i--;
+        }
+        times[i] = t;
+        return i;
+    }
+
+    /** Make room at index `at` of the first n of `values` and put v there. */
+    static void shift(long[] values, int n, int at, long v) {
+        System.arraycopy(values, at, values, at + 1, n - at);
+        values[at] = v;
     }
 
     /** Insert (t, v) into the time-ordered arrays (capacity left for it), after equal times. */
@@ -186,10 +311,12 @@ public final class History {
     static final StructType TERMINAL_STATE = new StructType()
         .add("times", DataTypes.createArrayType(DataTypes.LongType, false))
         .add("frauds", DataTypes.createArrayType(DataTypes.LongType, false))
-        .add("fraud_ids", DataTypes.createArrayType(DataTypes.StringType, false));
+        .add("fraud_ids", DataTypes.createArrayType(DataTypes.StringType, false))
+        .add("last_pruned", DataTypes.LongType, false);
 
     /**
-     * Transactions and labels keyed by terminal (merchant_id) -> each transaction + TERMINAL_FEATURES.
+     * Transactions and labels keyed by terminal (merchant_id) -> each transaction + TERMINAL_FEATURES
+     * + TERMINAL_FRAUD_FEATURES (features.py).
      *
      * @param rows transactions (column `label_fraud` null) and labels (`label_fraud` set; only
      *     txn_id, merchant_id and event_time, the labelled payment's time, are read)
@@ -219,7 +346,7 @@ public final class History {
 
         @Override
         public void init(OutputMode outputMode, TimeMode timeMode) {
-            state = getHandle().getValueState("history", Encoders.row(TERMINAL_STATE), TTLConfig.apply(Duration.ofMillis(ttlMs)));
+            state = getHandle().getValueState("terminal_history", Encoders.row(TERMINAL_STATE), TTLConfig.apply(Duration.ofMillis(ttlMs)));
         }
 
         @Override
@@ -233,11 +360,13 @@ public final class History {
             }
             long[] times = new long[0], frauds = new long[0];
             List<String> ids = new ArrayList<>();
+            long lastPruned = Long.MIN_VALUE;
             if (state.exists()) {
                 Row s = state.get();
                 times = toLongs(s.getList(0));
                 frauds = toLongs(s.getList(1));
                 ids = new ArrayList<>(s.<String>getList(2));
+                lastPruned = s.getLong(3);
             }
             int nf = frauds.length;
             frauds = Arrays.copyOf(frauds, nf + labels.size());
@@ -255,7 +384,8 @@ public final class History {
             List<Row> out = new ArrayList<>(txns.size());
             for (Row r : txns) {
                 long t = r.getLong(eventTime);
-                out.add(withFeatures(r, label, terminalFeatures(times, n, frauds, nf, t, delayMs)));
+                out.add(withFeatures(r, label, concat(terminalFeatures(times, n, frauds, nf, t, delayMs),
+                                                      fraudFeatures(times, n, frauds, nf, lastPruned, t, delayMs))));
                 n = insert(times, null, n, t, 0);
             }
             long newest = Math.max(n > 0 ? times[n - 1] : 0, nf > 0 ? frauds[nf - 1] : 0);
@@ -263,9 +393,10 @@ public final class History {
             n = keepAfter(times, null, n, from);
             int first = 0;
             while (first < nf && frauds[first] <= from) first++;
+            if (first > 0) lastPruned = Math.max(lastPruned, frauds[first - 1]);
             long[] keptFrauds = Arrays.copyOfRange(frauds, first, nf);
             List<String> keptIds = new ArrayList<>(ids.subList(first, nf));
-            state.update(RowFactory.create(Arrays.copyOf(times, n), keptFrauds, keptIds.toArray(new String[0])));
+            state.update(RowFactory.create(Arrays.copyOf(times, n), keptFrauds, keptIds.toArray(new String[0]), lastPruned));
             return scala.jdk.javaapi.CollectionConverters.asScala(out.iterator());
         }
 
