@@ -7,8 +7,10 @@ Both engines do the same SystemUsage count with the same guarantee, one after th
 run, on the same data:
 - ours: the usage job's exactly-once query (pipelines.usage.job.UsageJob.start_query, as
   bench/throughput.py drives it): JVM JSON parsing, dropDuplicatesWithinWatermark on txn_id (RocksDB state), count and
-  fraud sum per micro-batch, results + the batch's sink-ledger record in one SQLite transaction. Trigger 1 s (the job's
-  default), maxOffsetsPerTrigger as configured.
+  fraud sum per micro-batch, results + the batch's sink-ledger record in one SQLite transaction. Trigger every
+  `--commit-seconds` (1 s), Quix's commit interval (not the job's USAGE_TRIGGER_SECONDS, 5 s, which it ran at by
+  mistake once the job's trigger became 5 s in 65791db: a backlog's last small batch waited for it), maxOffsetsPerTrigger as
+  configured.
 - quix: quixstreams Application(processing_guarantee="exactly-once", commit_interval 1 s), JSON
   values, a stateful filter that keeps the first record per key (the key is the txn_id; RocksDB
   state with a changelog topic inside the Kafka transaction), and a sink that adds count and fraud
@@ -312,7 +314,7 @@ def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str
     from pipelines.usage.job import UsageJob
 
     s = dataclasses.replace(base, store_path=work / "ours.db", checkpoint_root=work / "checkpoints",
-                            trigger_seconds=args.commit_seconds)
+                            trigger_seconds=args.commit_seconds, usage_trigger_seconds=args.commit_seconds)
     with own_spark("cardstream-bench-peer", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false",
                                                   "spark.sql.streaming.numRecentProgressUpdates": "1000"}) as spark:
         job = UsageJob([EO], s, windows=False)

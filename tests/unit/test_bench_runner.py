@@ -12,6 +12,7 @@ import sys
 from bench.all import flatten, render_markdown, summarize
 from bench.common import commit_latencies, fraud_in, pct, record
 from bench.latency import percentile, quality, realtime_figures
+from bench.throughput import figures, rates
 from infra.config import ROOT
 
 
@@ -44,6 +45,25 @@ def test_markdown_has_machine_ratios_and_spread():
     assert "| ours_eps | 33,000 | 33,000–33,000 | 0% | 0.30 of spark_noop_eps | 3.00 × quix_eps | 3 |" in md
     assert "| spark_noop_eps | 110,000 | 100,000–120,000 | 18% |" in md
     assert "recovery run 2: timed out" in md and "--quick preset" in md
+
+
+def test_throughput_wall_clock_counts_the_gaps_between_batches_and_busy_time_does_not():
+    # two batches of 300 rows: 1.0 s and 0.5 s of work, the second starting 2.0 s after the first
+    progress = [{"numInputRows": 300, "timestamp": "2026-11-25T10:00:00.000Z", "durationMs": {"triggerExecution": 1000}},
+                {"numInputRows": 300, "timestamp": "2026-11-25T10:00:02.000Z", "durationMs": {"triggerExecution": 500}}]
+    wall, busy = rates(progress)
+    assert (round(wall), round(busy)) == (240, 400)  # 600 rows over 2.5 s of clock, over 1.5 s of work
+    assert rates([]) == (0.0, 0.0)
+
+
+def test_throughput_figures_are_medians_with_ratios_in_both_clocks():
+    runs = {"noop": [(100.0, 200.0), (120.0, 220.0), (110.0, 210.0)], "at-most-once": [(90.0, 95.0)] * 3,
+            "at-least-once": [(80.0, 100.0)] * 3, "exactly-once": [(40.0, 80.0), (60.0, 90.0), (50.0, 85.0)]}
+    out = figures(runs)
+    assert out["wall_clock"] is True and (out["exactly-once"], out["noop"]) == (50, 110)
+    assert (out["eo_over_alo"], out["eo_over_noop"]) == (0.625, 0.455)
+    assert out["busy"] == {"noop": 210, "at-most-once": 95, "at-least-once": 100, "exactly-once": 85,
+                           "eo_over_alo": 0.85, "eo_over_noop": 0.405}
 
 
 def test_commit_latencies_pick_the_first_commit_covering_each_record():
@@ -94,12 +114,13 @@ def test_quality_counts_precision_and_recall_against_labels():
 
 
 def test_realtime_figures_use_each_measured_transaction_s_first_decision():
-    appended = {"a": 1_000, "b": 2_000, "warm": 10}
+    appended = {"a": 1_000, "b": 2_000, "c": 2_500, "warm": 10}
     records = [({"txn_id": "warm", "decided_at": 20, "profile_age_ms": 9_999}, 30),       # before since
                ({"txn_id": "a", "decided_at": 1_004, "profile_age_ms": 4}, 1_006),
                ({"txn_id": "a", "decided_at": 5_000, "profile_age_ms": 4_000}, 5_010),    # a resend
                ({"txn_id": "b", "decided_at": 2_030, "profile_age_ms": 30}, 2_031),
+               ({"txn_id": "c", "decided_at": 2_530}, 2_531),                             # age unknown
                ({"txn_id": "stranger", "decided_at": 1, "profile_age_ms": 1}, 2)]         # not expected
-    got = realtime_figures(records, appended, {"a", "b", "warm"}, since_ms=500)
-    assert got["profile_age_p99_ms"] == 30
-    assert got["split_ms"] == {"read_and_score_p50": 4, "read_and_score_p99": 30, "write_p50": 1, "write_p99": 2}
+    got = realtime_figures(records, appended, {"a", "b", "c", "warm"}, since_ms=500)
+    assert got["profile_age_p99_ms"] == 30 and got["profile_age_unknown"] == 1
+    assert got["split_ms"] == {"read_and_score_p50": 4, "read_and_score_p99": 30, "write_p50": 1, "write_p99": 30}
