@@ -115,8 +115,8 @@ def export(pipeline, features, explain: dict | None = None) -> dict:
         raise ValueError(f"the pipeline's assembler reads {assembler.getInputCols()}, not {list(features)}")
     jvm = SparkSession.getActiveSession()._jvm
     scoring = json.loads(jvm.cardstream.fraud.ModelScore.export(classifier._java_obj))
-    if "logistic" in scoring:
-        scoring["logistic"]["means"] = list((explain or {}).get("means") or [0.0] * len(features))
+    if "logistic" in scoring:  # None: a version saved before its training means were kept (coefficient x value)
+        scoring["logistic"]["means"] = (explain or {}).get("means")
     return {"format": 1, "kind": type(classifier).__name__, "features": list(features),
             "assembler": {"handleInvalid": assembler.getHandleInvalid()}, **scoring}
 
@@ -179,3 +179,38 @@ def scored_columns(df, loaded: Loaded):
     return out.select(*[F.col(c) for c in columns], score.alias("score"),
                       (score >= F.lit(loaded.threshold)).alias("is_fraud"),
                       F.lit(loaded.version).alias("model_version"), why.alias("explanation"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipelines.fraud.models export [--store PATH] [--version N]`: write model.json for
+    a version saved before train.py exported it (the real-time path serves only exported ones)."""
+    import argparse
+
+    from controlplane.store import connect
+    from infra.config import load as settings
+    from pipelines.engine.session import get_spark
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.fraud.models")
+    p.add_argument("command", choices=("export",))
+    p.add_argument("--store", type=Path, default=None, help="the store holding the version (default: STORE_PATH)")
+    p.add_argument("--version", type=int, default=None, help="default: the newest")
+    a = p.parse_args(argv)
+    s = settings()
+    db = connect(a.store or s.store_path)
+    row = newest(db) if a.version is None else next(iter(db.query("SELECT * FROM models WHERE version = ?",
+                                                                   [a.version])), None)
+    if row is None:
+        raise SystemExit(f"no model {a.version if a.version is not None else ''} in {a.store or s.store_path}")
+    from pyspark.ml import PipelineModel
+
+    get_spark("cardstream-model-export", s)
+    explain = json.loads(row["explain"]) if row.get("explain") else None
+    path = write_export(PipelineModel.load(row["path"]), json.loads(row["features"]), Path(row["path"]), explain)
+    print(json.dumps({"version": row["version"], "kind": row["kind"], "export": str(path)}))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

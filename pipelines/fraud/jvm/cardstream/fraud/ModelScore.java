@@ -74,7 +74,8 @@ public final class ModelScore {
         if (lr != null) {
             coefficients = doubles(lr.get("coefficients"));
             intercept = lr.get("intercept").asDouble();
-            means = doubles(lr.get("means"));
+            // null: a version saved before its training means were kept; its explanation is coefficient x value
+            means = lr.hasNonNull("means") ? doubles(lr.get("means")) : null;
             trees = null; treeWeights = null; boosted = false;
         } else {
             coefficients = null; means = null; intercept = 0.0;
@@ -153,7 +154,7 @@ public final class ModelScore {
     public double[] contributions(double[] x) {
         double[] out = new double[features.length];
         if (coefficients != null) {
-            for (int i = 0; i < out.length; i++) out[i] = coefficients[i] * (x[i] - means[i]);
+            for (int i = 0; i < out.length; i++) out[i] = coefficients[i] * (x[i] - (means == null ? 0.0 : means[i]));
             return out;
         }
         double scale = boosted ? 0.0 : trees.length;

@@ -1,0 +1,53 @@
+"""What the driver tells the real-time path to serve (pipelines/fraud/realtime.py): the serving
+file for a version, and the terminal table the stateful companion publishes (LiveModel.java reads
+both; tests/spark/test_realtime_model.py runs them through the JVM)."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from pipelines.fraud import realtime
+from pipelines.fraud.features import CARD_FEATURES
+from pipelines.fraud.models import MODEL_JSON
+
+
+def lines(text: str) -> dict:
+    return dict(line.split("\t", 1) if "\t" in line else (line, "") for line in text.splitlines())
+
+
+def test_the_serving_file_for_the_rules_a_version_without_export_and_an_exported_one(tmp_path):
+    assert realtime.serving_lines(0, None, None, tmp_path) == (0, None, "version\t0\nend\n")
+    folder = tmp_path / "v3"
+    folder.mkdir()
+    served, why, text = realtime.serving_lines(3, 0.4, str(folder), tmp_path)
+    assert served == 0 and "model 3 has no export for the JVM" in why and "rules (model 0)" in why
+    assert lines(text)["why"] == why and "end" in lines(text)
+    (folder / MODEL_JSON).write_text(json.dumps({"format": 1}))
+    served, why, text = realtime.serving_lines(3, 0.4, str(folder), tmp_path)
+    got = lines(text)
+    assert (served, why) == (3, None)
+    assert (got["version"], float(got["threshold"]), got["model"]) == ("3", 0.4, str(folder / MODEL_JSON))
+    assert got["card_features"].split(",") == list(CARD_FEATURES)
+    assert got["terminals"] == str(tmp_path / realtime.TERMINALS_FILE)
+    assert int(got["terminal_max_gap_ms"]) == realtime.TERMINAL_MAX_GAP_MS and "end" in got
+
+
+def batch(rows):
+    merchants, times, counts, risks = zip(*rows)
+    return pa.table({"merchant_id": list(merchants), "event_time": list(times), "card_id": ["c"] * len(rows),
+                     "t_count_1d": list(counts), "t_risk_1d": list(risks)})
+
+
+def test_the_terminal_table_keeps_each_terminals_newest_payment_and_survives_a_restart(tmp_path):
+    path = tmp_path / realtime.TERMINALS_FILE
+    table = realtime.TerminalTable(path)
+    table.update(batch([("m1", 1_000, 3.0, 0.25), ("m2", 2_000, 1.0, None), ("m1", 900, 9.0, 0.9)]))
+    table.update(batch([("m1", 1_500, 4.0, 0.5), ("m2", 1_999, 7.0, 0.7)]))  # m2's is older: kept as was
+    text = path.read_text().splitlines()
+    assert text[0] == "names\tt_count_1d\tt_risk_1d" and text[-1] == "end"
+    assert sorted(text[1:-1]) == ["terminal\tm1\t1500\t4.0\t0.5", "terminal\tm2\t2000\t1.0\t"]
+    again = realtime.TerminalTable(path)  # a restarted job starts from what it published
+    assert again.names == ("t_count_1d", "t_risk_1d")
+    assert again.rows == {"m1": (1_500, 4.0, 0.5), "m2": (2_000, 1.0, None)}
+    assert not list(tmp_path.glob("*.tmp"))  # written by rename, never half a file
