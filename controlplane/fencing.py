@@ -52,6 +52,12 @@ def lease_age_ms(db: sqlite_utils.Database, job: str) -> int | None:
     return None if row is None else now_ms() - (row[0] or 0)
 
 
+def holder(db: sqlite_utils.Database, job: str) -> str | None:
+    """Who holds the job's lease ("host:pid"), None when nobody ever did."""
+    row = db.conn.execute("SELECT holder FROM leases WHERE job = ?", (job,)).fetchone()
+    return row[0] if row else None
+
+
 def check(conn, job: str, epoch: int, what: str = "") -> None:
     """Call inside the sink's write transaction (`store.transaction`): raise FencedError when stale.
 

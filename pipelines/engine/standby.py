@@ -2,7 +2,10 @@
 
 A standby (`--standby`) builds its SparkSession and plans first, then waits: it takes the lease
 (the next fencing epoch) when the supervisor promotes it (SIGUSR1, sent when it sees the active
-exit) or when the active's heartbeat stops for LEASE_TTL_SECONDS (the supervisor itself is down).
+exit) or when the active's heartbeat stops for LEASE_TTL_SECONDS and the lease's holder is gone
+(the supervisor is not there to promote it). A holder that still runs is starved, not gone: on a
+loaded machine its heartbeat can fall 5 s behind, and a standby that took over then cost a
+needless failover and left the job without a standby for the next one (issue 36 item 3).
 The active renews its lease every second; when it finds a newer epoch there it has been
 superseded (a takeover while it was frozen, starved or cut off) and it exits at once (4): its
 writes would be fenced, but one with no batch to write would otherwise live on with nothing to
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 
 from controlplane import fencing
@@ -36,15 +40,39 @@ def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event) -> 
     db.conn.execute("INSERT INTO standbys (job, pid, ready_at) VALUES (?, ?, ?) ON CONFLICT(job) DO UPDATE SET "
                     "pid = excluded.pid, ready_at = excluded.ready_at", (job, os.getpid(), now_ms()))
     log.info("%s: standby ready, waiting for the lease", job)
+    told = False
     while not stopping.is_set():
         if PROMOTED.wait(0.1):
             log.warning("%s: promoted by the supervisor: taking over", job)
             return True
         age = fencing.lease_age_ms(db, job)
         if age is None or age > ttl_s * 1000:
+            holder = fencing.holder(db, job)
+            if age is not None and holder_runs(holder):
+                if not told:  # once per stale spell
+                    log.warning("%s: the lease is %.1f s old but its holder %s still runs (starved, not gone): "
+                                "waiting for the supervisor", job, age / 1000, holder)
+                told = True
+                continue
             log.warning("%s: the lease is %s: taking over", job, "free" if age is None else f"{age / 1000:.1f} s old")
             return True
+        told = False
     return False
+
+
+def holder_runs(holder: str | None) -> bool:
+    """Whether the lease holder's process ("host:pid") still runs on this host; False when it is
+    gone, or on another host (there its heartbeat is all there is to go by)."""
+    host, _, pid = (holder or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it runs
+        return True
 
 
 def exit_superseded(job: str, epoch: int, newer: int) -> None:

@@ -28,19 +28,55 @@ def test_heartbeat_renews_and_a_clean_stop_releases(tmp_path):
     assert fencing.lease_age_ms(db, "fraud") > 1_000_000, "released: free at once"
 
 
-def test_standby_waits_while_the_active_beats_and_takes_over_when_it_stops(tmp_path):
+BEATING_CHILD = """
+import sys, time
+from controlplane import fencing
+from controlplane.store import connect
+db = connect(sys.argv[1])
+epoch = fencing.take_lease(db, "usage")
+print("holding", flush=True)
+for _ in range(8):  # an active that beats for 0.8 s, then is gone
+    fencing.renew(db, "usage", epoch)
+    time.sleep(0.1)
+"""
+
+
+def test_standby_waits_while_the_active_beats_and_takes_over_when_it_is_gone(tmp_path):
+    import subprocess
+    import sys
+
+    from infra.config import ROOT
+
     db = connect(tmp_path / "s.db")
-    epoch = fencing.take_lease(db, "usage")
+    active = subprocess.Popen([sys.executable, "-c", BEATING_CHILD, str(tmp_path / "s.db")], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT)})
+    assert active.stdout.readline().strip() == "holding"
     stopping, result = threading.Event(), []
     t = threading.Thread(target=lambda: result.append(standby.wait_for_takeover(db, "usage", 0.5, stopping)))
-    for _ in range(8):  # the active keeps beating: the standby keeps waiting
-        fencing.renew(db, "usage", epoch)
-        if _ == 0:
-            t.start()
-        time.sleep(0.1)
-    assert not result and db["standbys"].get("usage")["pid"] > 0
-    t.join(5)  # the beats stop: after the TTL the lease is stale and the standby goes
+    t.start()
+    time.sleep(0.6)
+    assert not result and db["standbys"].get("usage")["pid"] > 0  # the active keeps beating
+    active.wait(10)
+    t.join(5)  # the beats stop with the process: after the TTL the lease is stale and the standby goes
     assert result == [True]
+
+
+def test_a_starved_active_keeps_its_lease(tmp_path):
+    """Issue 36 item 3: under load an active's heartbeat fell 5 s behind and its standby took the
+    lease: a needless failover, and no standby left for the next crash. A stale lease whose holder
+    still runs is left to the supervisor (which promotes when the active exits)."""
+    db = connect(tmp_path / "s.db")
+    fencing.take_lease(db, "usage")  # held by this process, which beats no more: starved
+    assert standby.holder_runs(fencing.holder(db, "usage"))
+    stopping, result = threading.Event(), []
+    t = threading.Thread(target=lambda: result.append(standby.wait_for_takeover(db, "usage", 0.2, stopping)))
+    t.start()
+    time.sleep(1.0)  # five TTLs
+    assert not result, "the standby took a lease whose holder still runs"
+    stopping.set()
+    t.join(5)
+    assert result == [False]
+    assert not standby.holder_runs("another-host:1") and not standby.holder_runs(None)
 
 
 def test_a_promotion_or_a_stop_ends_the_wait(tmp_path):
