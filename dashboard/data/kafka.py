@@ -268,7 +268,7 @@ def append_latencies(s, decisions_topic: str, transactions_topic: str, limit: in
     from kafka import TopicPartition
     from kafka.errors import KafkaError
 
-    _check(s, timeout_s / 2)
+    _check(s, timeout_s)
     try:
         c = kafka_client.consumer(s, client_id="cardstream-dashboard", isolation_level="read_committed",
                                   request_timeout_ms=int(timeout_s * 1500), bootstrap_timeout_ms=int(timeout_s * 1000))

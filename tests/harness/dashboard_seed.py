@@ -664,7 +664,7 @@ class FirstMinute:
     steady: int                   # decisions after it
 
 
-def seed_first_minute(db, now: int, phase: str) -> FirstMinute:
+def seed_first_minute(db, now: int, phase: str, first_started: int | None = None) -> FirstMinute:
     """The store as the supervisor, the simulator and the fraud job write it in the first minute of
     `make demo`: the simulator feeds 40 tx/s from 60 s before `now`; the fraud job's process
     started 55 s before `now` (job_status), and then, by `phase`:
@@ -673,7 +673,9 @@ def seed_first_minute(db, now: int, phase: str) -> FirstMinute:
       batch is running: no progress posted, no decision;
     - "warm": lease 35 s before `now`; its first batch started 1 s later, read the backlog of 26 s
       (every transaction produced since the simulator started) and committed 20 s later; from then
-      on a batch every second decides what arrived in it (6-14 ms after production)."""
+      on a batch every second decides what arrived in it (6-14 ms after production).
+    `first_started` moves the first batch's start (the warm-up's cut): to a moment between records
+    a test wrote to Kafka, whose append times the Overview's latency is read from."""
     sim_started, proc_started = now - 60_000, now - 55_000
     db["job_status"].insert_all([
         {"job": "simulator", "status": "running", "pid": 4000, "restarts": 0, "last_batch": None,
@@ -688,7 +690,7 @@ def seed_first_minute(db, now: int, phase: str) -> FirstMinute:
     db.conn.execute("UPDATE job_status SET ui_url = 'http://localhost:4040', ui_pid = 4100 WHERE job = 'fraud'")
     if phase == "first-batch":
         return FirstMinute(now, phase, sim_started, lease_at, None, 0, 0)
-    first_started = lease_at + 1_000
+    first_started = lease_at + 1_000 if first_started is None else first_started
     first_done = first_started + 20_000
     produced = np.arange(sim_started, now - 1_000, STEP_MS, dtype=np.int64)
     rnd = random.Random(11)

@@ -6,7 +6,6 @@ transactions; the real-time warm-up (in Kafka before its query last started, dec
 out. Every expected figure is computed here from the records read back with a plain consumer."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -21,42 +20,16 @@ from dashboard import fmt
 from dashboard.data import kafka as dkafka, overview
 from infra import kafka_client
 from infra.config import load
+from tests.harness import append_times
+from tests.harness.append_times import decision, transaction
 from tests.harness.dashboard_seed import seed_store
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 
 
-def transaction(txn: str) -> bytes:
-    now = now_ms()
-    return json.dumps({"txn_id": txn, "card_id": "card-1", "amount_cents": 1_000, "lat": 48.85, "lon": 2.35,
-                       "event_time": now - 40, "produced_at": now}).encode()
-
-
-def decision(txn: str) -> bytes:
-    """A decision record as the fraud job writes it (the fields the Overview reads among them)."""
-    now = now_ms()
-    return json.dumps({"txn_id": txn, "card_id": "card-1", "event_time": now - 60, "produced_at": now - 20,
-                       "decided_at": now, "score": 0.1, "is_fraud": False, "is_late": False}).encode()
-
-
-def appended(s, topic: str) -> dict[str, int]:
-    """{txn_id: the broker's append time} of a topic's first record per txn_id, read back plainly."""
-    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=3_000,
-                                     isolation_level="read_committed")
-    try:
-        out: dict[str, int] = {}
-        for m in consumer:
-            assert m.timestamp_type == dkafka.LOG_APPEND_TIME
-            out.setdefault(json.loads(m.value)["txn_id"], m.timestamp)
-        return out
-    finally:
-        consumer.close()
-
-
 def latencies(s, tx: str, dec: str) -> pd.Series:
     """decision appended - transaction appended per txn_id, from the records themselves."""
-    t, d = appended(s, tx), appended(s, dec)
-    return pd.Series({k: d[k] - t[k] for k in d if k in t}, dtype="int64")
+    return pd.Series(append_times.latencies(s, tx, dec), dtype="int64")
 
 
 def test_latency_on_the_broker_s_clock(kafka, topic, tmp_path, monkeypatch):
@@ -67,20 +40,21 @@ def test_latency_on_the_broker_s_clock(kafka, topic, tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
     s = load()
     producer = kafka_client.producer(s, linger_ms=5)
+    produced = now_ms()           # the simulator's stamp, before each send
     for i in range(20):           # reached Kafka while the real-time query was starting
-        producer.send(tx, transaction(f"w-{i}"), partition=i % 2)
+        producer.send(tx, transaction(f"w-{i}", produced), partition=i % 2)
     producer.flush()
     started = now_ms() + 1        # the real-time query's start, as the job records it
     time.sleep(0.02)
     for i in range(300):          # then the transactions the query reads once started
-        producer.send(tx, transaction(f"t-{i}"), partition=i % 2)
+        producer.send(tx, transaction(f"t-{i}", produced), partition=i % 2)
     producer.flush()              # a decision reaches Kafka after its transaction
     for i in range(20):           # the warm-up's decisions, after the query started
-        producer.send(rt, decision(f"w-{i}"), partition=i % 2)
+        producer.send(rt, decision(f"w-{i}", produced), partition=i % 2)
     for i in range(300):          # and every transaction's on both paths
-        producer.send(rt, decision(f"t-{i}"), partition=i % 2)
-        producer.send(dec, decision(f"t-{i}"), partition=i % 2)
-    producer.send(dec, decision("never-sent"), partition=0)   # its transaction is in no topic
+        producer.send(rt, decision(f"t-{i}", produced), partition=i % 2)
+        producer.send(dec, decision(f"t-{i}", produced), partition=i % 2)
+    producer.send(dec, decision("never-sent", produced), partition=0)   # its transaction is in no topic
     producer.flush()
     producer.close()
 
@@ -127,8 +101,9 @@ def test_a_topic_stamped_with_the_producers_clocks_is_refused(kafka, topic, sett
     finally:
         admin.close()
     producer = kafka_client.producer(settings)
-    producer.send(tx, transaction("t-1"))
-    producer.send(created, decision("t-1"))
+    produced = now_ms()
+    producer.send(tx, transaction("t-1", produced))
+    producer.send(created, decision("t-1", produced))
     producer.flush()
     producer.close()
     with pytest.raises(dkafka.NotAppendTime, match="producers' clocks"):
