@@ -205,7 +205,7 @@ def serving_lines(version: int, threshold: float | None, folder: str | None, che
     and one sentence."""
     from pathlib import Path
 
-    from pipelines.fraud.features import CARD_FEATURES
+    from pipelines.fraud.features import CARD_FEATURES, CARD_PAST_FEATURES
     from pipelines.fraud.models import MODEL_JSON, RULES
 
     if version == RULES:
@@ -217,7 +217,7 @@ def serving_lines(version: int, threshold: float | None, folder: str | None, che
         return RULES, why, f"version\t0\nwhy\t{why}\nend\n"
     return version, None, "".join([
         f"version\t{version}\n", f"threshold\t{float(threshold)!r}\n", f"model\t{exported}\n",
-        f"card_features\t{','.join(CARD_FEATURES)}\n", f"terminals\t{Path(checkpoint) / TERMINALS_FILE}\n",
+        f"card_features\t{','.join(CARD_FEATURES + CARD_PAST_FEATURES)}\n", f"terminals\t{Path(checkpoint) / TERMINALS_FILE}\n",
         f"terminal_max_gap_ms\t{TERMINAL_MAX_GAP_MS}\n", "end\n"])
 
 

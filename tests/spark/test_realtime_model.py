@@ -15,14 +15,15 @@ import pytest
 
 from pipelines.fraud import models, realtime, seed, train
 from pipelines.fraud.analyzers import DEFAULT_LIMITS
-from pipelines.fraud.features import CARD_FEATURES, TERMINAL_FEATURES, WINDOW_DAYS
+from pipelines.fraud.features import (CARD_FEATURES, CARD_PAST_FEATURES, OVER_MEAN_DAYS, PAST_DAYS,
+                                      TERMINAL_FEATURES, WINDOW_DAYS)
 
 pytestmark = pytest.mark.spark
 
 DAY = 86_400_000
 T0 = 1_533_081_600_000  # 2018-08-01 00:00 UTC, a Wednesday
-# the features the real-time path serves today (helper features beyond these: the rules, said so)
-FEATURES = ("amount", "is_weekend", "is_night", *CARD_FEATURES, *TERMINAL_FEATURES,
+# features of every kind the real-time path serves (the terminal's: any the companion publishes)
+FEATURES = ("amount", "is_weekend", "is_night", *CARD_FEATURES, *CARD_PAST_FEATURES, *TERMINAL_FEATURES,
             "score_avg_ticket", "score_proximity", "score_velocity")
 DDL = ("txn_id string, card_id string, merchant_id string, amount_cents long, lat double, lon double, "
        "event_time long, partition int, offset long, produced_at long, ts_ms long")
@@ -54,15 +55,28 @@ def payments(n_cards=6, per_card=12, seed_=3):
 
 
 def card_windows(rows) -> pd.DataFrame:
-    """History.cardFeatures by brute force: each card's folded payments in (t - w days, t]."""
-    out = []
+    """The card features by brute force, from their definitions (features.py): each card's folded
+    payments in (t - w days, t], the payment included for the windows, excluded for its past."""
+    out, over = [], {}
     for i, r in enumerate(rows):
-        mine = [(x[6], x[3]) for x in rows[:i + 1] if x[1] == r[1]]
+        t, a = r[6], r[3]
+        earlier = [(x[6], x[3], x[8]) for x in rows[:i] if x[1] == r[1]]
         values = {}
         for d in WINDOW_DAYS:
-            inside = [a for t, a in mine if r[6] - d * DAY < t <= r[6]]
+            inside = [v for u, v, _ in earlier + [(t, a, r[8])] if t - d * DAY < u <= t]
             values[f"c_count_{d}d"] = float(len(inside))
             values[f"c_mean_{d}d"] = sum(inside) / 100.0 / len(inside)
+        for d in PAST_DAYS:
+            past = [v for u, v, _ in earlier if t - d * DAY < u <= t]
+            n, s, ss = len(past), float(sum(past)), float(sum(v * v for v in past))
+            values[f"c_amount_ratio_{d}d"] = a * n / s if n and s else 1.0
+            root = np.sqrt(max(n * ss - s * s, 0.0))
+            values[f"c_amount_z_{d}d"] = (a * n - s) / root if root > 0 else 0.0
+            if d == 30:
+                over[r[8]] = 1 if n and 2.0 * a * n > 5.0 * s else 0
+        for d in OVER_MEAN_DAYS:
+            values[f"c_over_mean_{d}d"] = float(sum(over[o] for u, _, o in earlier + [(t, a, r[8])]
+                                                    if t - d * DAY < u <= t))
         out.append(values)
     return pd.DataFrame(out)
 
@@ -126,6 +140,7 @@ def test_the_real_time_path_scores_as_mllib_on_the_same_features(spark, tmp_path
     np.testing.assert_allclose(got["score"].to_numpy(), want, rtol=0, atol=1e-9)
     assert (got["is_fraud"] == (got["score"] >= 0.5)).all()
     assert frame["is_weekend"].nunique() == 2 and frame["c_count_30d"].max() >= 3
+    assert frame["c_over_mean_14d"].max() >= 1 and frame["c_amount_z_60d"].abs().max() > 1
     reasons = [json.loads(e) for e in got["explanation"]]
     assert all(len(r) == 3 and 0 < sum(x["share"] for x in r) <= 1.0001 for r in reasons)
     assert {x["feature"] for r in reasons for x in r} <= set(FEATURES)
@@ -161,10 +176,10 @@ def test_what_the_real_time_path_cannot_serve_is_decided_by_the_rules_saying_why
     odd = tmp_path / "odd"
     odd.mkdir()
     spec = json.loads((tmp_path / "v1" / models.MODEL_JSON).read_text())
-    spec["features"][0] = "c_amount_ratio_30d"
+    spec["features"][0] = "u_not_a_stream_feature"
     (odd / models.MODEL_JSON).write_text(json.dumps(spec))
     _, _, text = realtime.serving_lines(3, 0.5, str(odd), tmp_path)
     (tmp_path / "odd.tsv").write_text(text)
     got = decide(spark, rows, seed_path(tmp_path), str(tmp_path / "odd.tsv"))
     assert (got["model_version"] == 0).all()
-    assert got["model_why"].str.contains("cannot compute c_amount_ratio_30d").all()
+    assert got["model_why"].str.contains("cannot compute u_not_a_stream_feature").all()

@@ -239,7 +239,9 @@ public final class LiveModel {
             else if (cards.contains(n)) {
                 s.kind[i] = CARD;
                 s.index[i] = cards.indexOf(n);
-                s.cardSpanMs = Math.max(s.cardSpanMs, days(n) * DAY_MS);
+                // a payment over its past mean is judged on its own 30 days before: those count too
+                long span = days(n) + (n.startsWith("c_over_mean_") ? History.PAST_DAYS[0] : 0);
+                s.cardSpanMs = Math.max(s.cardSpanMs, span * DAY_MS);
             } else if (n.startsWith("t_")) s.kind[i] = TERMINAL;
             else {
                 s.model = null;

@@ -90,13 +90,13 @@ public final class LiveProfiles {
         long[] times = new long[0];
         long lastSeenMs;
         // the card's payments over the longest card window (History.java's card state): the model's features
-        long[] histTimes = new long[0], histAmounts = new long[0];
+        long[] histTimes = new long[0], histAmounts = new long[0], histOver = new long[0];
 
         Card copy() {
             Card c = new Card();
             c.hasTicket = hasTicket; c.hasPlace = hasPlace; c.count = count; c.mean = mean;
             c.lat = lat; c.lon = lon; c.placeTime = placeTime; c.times = times; c.lastSeenMs = lastSeenMs;
-            c.histTimes = histTimes; c.histAmounts = histAmounts;
+            c.histTimes = histTimes; c.histAmounts = histAmounts; c.histOver = histOver;
             return c;
         }
     }
@@ -192,29 +192,39 @@ public final class LiveProfiles {
     }
 
     /** The longest card window the live history keeps (History.java keeps the same). */
-    static final long HISTORY_MS = 60L * History.DAY_MS;
+    static final long HISTORY_MS = History.CARD_LONGEST * History.DAY_MS;
 
     /**
-     * The card's window features for this payment (History.cardFeatures: the payment included),
-     * folding it into the card's history when it is new. A replay is counted against the strictly
+     * The card's features for this payment, as History's card operator computes them (features.py
+     * CARD_FEATURES then CARD_PAST_FEATURES), folding it into the card's history when it is new. A replay is counted against the strictly
      * earlier payments only, as the analyzers treat it.
      */
     static double[] cardWindows(Card c, long amountCents, long t, boolean fold) {
+        // History.CardProcessor's steps for one payment: its past (before it), then it inserted
         int n = c.histTimes.length;
-        long[] times = Arrays.copyOf(c.histTimes, n + 1), amounts = Arrays.copyOf(c.histAmounts, n + 1);
+        long[] times = Arrays.copyOf(c.histTimes, n + 1), amounts = Arrays.copyOf(c.histAmounts, n + 1),
+            over = Arrays.copyOf(c.histOver, n + 1);
         if (!fold) {
             int kept = 0;
             for (int i = 0; i < n; i++) {
-                if (times[i] < t) { times[kept] = times[i]; amounts[kept] = amounts[i]; kept++; }
+                if (times[i] < t) { times[kept] = times[i]; amounts[kept] = amounts[i]; over[kept] = over[i]; kept++; }
             }
             n = kept;
         }
-        n = History.insert(times, amounts, n, t, amountCents);
-        double[] out = History.cardFeatures(times, amounts, n, t);
+        double[] past = History.pastFeatures(times, amounts, n, t, amountCents);
+        int at = History.insertAt(times, n, t);
+        History.shift(amounts, n, at, amountCents);
+        History.shift(over, n, at, (long) past[past.length - 1]);
+        n++;
+        double[] out = History.concat(History.concat(History.cardFeatures(times, amounts, n, t),
+                                                     Arrays.copyOf(past, past.length - 1)),
+                                      History.overMeanCounts(times, over, n, t));
         if (fold) {
-            n = History.keepAfter(times, amounts, n, times[n - 1] - HISTORY_MS);
-            c.histTimes = Arrays.copyOf(times, n);
-            c.histAmounts = Arrays.copyOf(amounts, n);
+            int first = 0;
+            while (first < n && times[first] <= times[n - 1] - HISTORY_MS) first++;
+            c.histTimes = Arrays.copyOfRange(times, first, n);
+            c.histAmounts = Arrays.copyOfRange(amounts, first, n);
+            c.histOver = Arrays.copyOfRange(over, first, n);
         }
         return out;
     }
