@@ -128,21 +128,24 @@ def first_measured(records: list[tuple[dict, int]], tx_appended: dict[str, int],
 def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
                      since_ms: int) -> dict:
     """Over the measured transactions' first real-time decisions: `profile_age_p99_ms`, the p99 of
-    their `profile_age_ms` (how old the newest transaction a decision's card profile may have been
-    missing was), and `split_ms`, where a decision's time goes, p50 / p99: `read_and_score` =
+    their `profile_age_ms` (the age of the newest history the card's profile had folded: its
+    previous transaction, or the seed's cut; never younger than a hole), `profile_age_unknown`, the
+    decisions without one (a transaction off its card's key partition), and `split_ms`, where a decision's time goes, p50 / p99: `read_and_score` =
     decided_at (the JVM's clock in the scoring projection) - the transaction's append time; `write`
     = the decision's append time - decided_at. One machine, so the two clocks are one."""
-    ages, read, write = [], [], []
+    ages, read, write, unknown = [], [], [], 0
     for d, appended_at in first_measured(records, tx_appended, expected, since_ms):
         if isinstance(d.get("profile_age_ms"), int):
             ages.append(d["profile_age_ms"])
+        else:
+            unknown += 1
         if isinstance(d.get("decided_at"), int):
             read.append(d["decided_at"] - tx_appended[str(d["txn_id"])])
             write.append(appended_at - d["decided_at"])
     ages.sort()
     read.sort()
     write.sort()
-    return {"profile_age_p99_ms": percentile(ages, 99),
+    return {"profile_age_p99_ms": percentile(ages, 99), "profile_age_unknown": unknown,
             "split_ms": {"read_and_score_p50": percentile(read, 50), "read_and_score_p99": percentile(read, 99),
                          "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}}
 

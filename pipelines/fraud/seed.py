@@ -2,13 +2,18 @@
 and where the real-time query starts reading.
 
 The live profiles (pipelines/fraud/jvm, `LiveProfiles.java`) fold every transaction from the seed's
-offsets on, so a profile misses nothing the stateful path had not folded either. The seed is read
-in one store transaction (the fraud sink writes a batch's profiles and its ledger row in one), so
-the profiles and the offsets agree, and written whole or not at all.
+offsets on, so a profile misses nothing the stateful path had not folded either. The offsets are
+the profiles' own cut (`card_profile_cuts`, written in the same fenced transaction as the profiles
+and the ledger row, which the fraud job does in real-time mode only): after a micro-batch run the
+cut is older than the newest applied batch, and the real-time path folds again from the cut. The
+seed holds only the profiles written within the state's TTL (the cards the stateful path still
+holds), is read in one store transaction, and written whole or not at all.
 
 `plan` is pure: where each partition starts reading, from where it folds, and which partitions
-have a hole (transactions the profiles will never see, because replaying back to the snapshot
-would be longer than `max_replay` records).
+have a hole (transactions the profiles will never see: replaying back to the cut would be longer
+than `max_replay` records, or the topic no longer holds them). Without a cut, but with history
+the stateful path applied (a micro-batch run before the first real-time start), the profiles fold
+from the topic's start as if `earliest`, so that history is folded or its hole is said.
 """
 from __future__ import annotations
 
@@ -25,10 +30,11 @@ PROFILE_COLUMNS = ("card_id", "count", "mean", "lat", "lon", "place_time", "time
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The stateful path's profiles and what they cover (its newest applied batch)."""
-    as_of: int | None = None                      # when that batch was applied (None: none yet)
+    """The stateful path's profiles and what they cover (the newest batch that wrote them)."""
+    as_of: int | None = None                      # when that batch was applied (None: no cut)
     ends: dict = field(default_factory=dict)      # {partition: end offset, exclusive}
     profiles: list = field(default_factory=list)  # PROFILE_COLUMNS tuples
+    history: bool = False                         # the stateful path applied batches (profiles or not)
 
 
 @dataclass(frozen=True)
@@ -36,46 +42,52 @@ class Plan:
     starts: dict   # {partition: the offset the real-time query starts reading at}
     folds: dict    # {partition: the first offset the live profiles fold}
     holes: dict    # {partition: ms}: the profiles miss what came between the snapshot and the fold
+    missed: dict = field(default_factory=dict)  # {partition: the first offset a hole misses}
 
 
-def read_snapshot(db, sink: str, topic: str) -> Snapshot:
-    """The newest applied batch's end offsets on `topic` and every card profile, in one read."""
+def read_snapshot(db, sink: str, topic: str, now: int, ttl_ms: int) -> Snapshot:
+    """The profiles' cut on `topic` and the profiles written within `ttl_ms` of `now`, in one read."""
     conn = db.conn
     conn.execute("BEGIN")
     try:
-        row = conn.execute("SELECT end_offsets, ts FROM sink_batches WHERE sink = ? AND outcome = 'applied' "
-                           "ORDER BY id DESC LIMIT 1", [sink]).fetchone()
-        profiles = conn.execute(f"SELECT {', '.join(PROFILE_COLUMNS)} FROM card_profiles").fetchall()
+        cut = conn.execute("SELECT end_offsets, ts FROM card_profile_cuts WHERE sink = ?", [sink]).fetchone()
+        history = conn.execute("SELECT 1 FROM sink_batches WHERE sink = ? AND outcome = 'applied' LIMIT 1",
+                               [sink]).fetchone() is not None
+        profiles = [] if cut is None else conn.execute(
+            f"SELECT {', '.join(PROFILE_COLUMNS)} FROM card_profiles WHERE updated_at >= ?", [now - ttl_ms]).fetchall()
     finally:
         conn.execute("COMMIT")
-    if row is None:
-        return Snapshot(profiles=[tuple(p) for p in profiles])
-    ends = (json.loads(row[0] or "{}") or {}).get(topic) or {}
-    return Snapshot(int(row[1]), {int(p): int(o) for p, o in ends.items()}, [tuple(p) for p in profiles])
+    if cut is None:
+        return Snapshot(history=history)
+    ends = (json.loads(cut[0] or "{}") or {}).get(topic) or {}
+    return Snapshot(int(cut[1]), {int(p): int(o) for p, o in ends.items()}, [tuple(p) for p in profiles], history)
 
 
 def plan(snapshot: Snapshot, earliest: dict, latest: dict, policy: str, resume: dict | None,
          max_replay: int, now: int) -> Plan:
     """Where the real-time query reads from, per partition of the topic (`latest` names them).
 
-    Folding starts where the snapshot ends (without a snapshot: where the stateful path starts,
-    `policy` earliest or latest, so both paths know the same stream). Reading starts there too, or
-    earlier at the real-time path's own last committed offsets (`resume`, at-least-once: nothing
-    it had not committed is skipped). No partition reads back more than `max_replay` records: a
-    fold cut short leaves a hole, dated at the snapshot (or now), and the decisions say so.
+    Folding starts where the snapshot ends (without one: where the stateful path starts, `policy`
+    earliest or latest, so both paths know the same stream; earliest whenever the stateful path
+    has applied history the profiles lack). Reading starts there too, or earlier at the real-time
+    path's own last committed offsets (`resume`, at-least-once: nothing it had not committed is
+    skipped). No partition reads back more than `max_replay` records, and none can read what the
+    topic no longer holds: a fold cut short leaves a hole, dated at the snapshot (or now: the
+    caller dates it by the first missed record, `missed`), and the decisions say so.
     """
-    starts, folds, holes = {}, {}, {}
+    starts, folds, holes, missed = {}, {}, {}, {}
     for p, end in latest.items():
         first = earliest.get(p, 0)
-        fold = snapshot.ends.get(p, first if policy == "earliest" else end)
-        fold = min(max(fold, first), end)
-        start = min(fold, (resume or {}).get(p, fold))
+        whole = policy == "earliest" or snapshot.history
+        fold = min(snapshot.ends.get(p, first if whole else end), end)
+        start = min(max(fold, first), (resume or {}).get(p, fold))
         floor = max(first, end - max_replay)
         if fold < floor:
             holes[p] = snapshot.as_of if snapshot.as_of is not None else now
+            missed[p] = max(fold, first)
             fold = floor
         starts[p], folds[p] = max(start, floor), fold
-    return Plan(starts, folds, holes)
+    return Plan(starts, folds, holes, missed)
 
 
 def partition_of(card_ids: list[str], partitions: int) -> list[int]:
@@ -85,10 +97,18 @@ def partition_of(card_ids: list[str], partitions: int) -> list[int]:
     return [int(p) for p in partitions_for([c.encode() for c in card_ids], partitions)]
 
 
-def seed_lines(scope: str, snapshot: Snapshot, p: Plan, limits: Limits, ttl_ms: int, partitions: int):
-    """The seed file's lines (LiveProfiles.read): tab-separated, `end-of-seed` last."""
+def seed_lines(scope: str, snapshot: Snapshot, p: Plan, limits: Limits, ttl_ms: int, partitions: int,
+               now: int | None = None):
+    """The seed file's lines (LiveProfiles.read): tab-separated, `end-of-seed` last. `cut`: when
+    the seeded profiles were whole (the snapshot's time, else the start, `now`): a card folds
+    nothing newer until its next transaction; `partitions`: the topic's, to tell a transaction
+    on another partition than its card's key would give (a producer not keying by card)."""
     yield f"scope\t{scope}"
     yield f"limits\t{limits_text(limits)}\tttl_ms={int(ttl_ms)}"
+    cut = snapshot.as_of if snapshot.as_of is not None else now
+    if cut is not None:
+        yield f"cut\t{int(cut)}"
+    yield f"partitions\t{int(partitions)}"
     for part, offset in sorted(p.folds.items()):
         yield f"end\t{part}\t{offset}"
     for part, ms in sorted(p.holes.items()):

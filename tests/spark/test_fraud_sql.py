@@ -39,14 +39,16 @@ def live(spark, rows, seed_path):
 
     df = spark.createDataFrame(spark.sparkContext.parallelize(rows, 1), ROW_DDL).withColumn("merchant_id", F.lit("m"))
     out = df.select("offset", live_scores(str(seed_path)).alias("r")).collect()
-    return {r["offset"]: [float(x) for x in r["r"].split("\t")[0].split(",")] for r in out}
+    # an empty field: an unknown profile age
+    return {r["offset"]: [float(x) if x else None for x in r["r"].split("\t")[0].split(",")] for r in out}
 
 
-def seed_file(tmp_path, snapshot=None, folds=None, holes=None):
+def seed_file(tmp_path, snapshot=None, folds=None, holes=None, partitions=1):
     scope = f"test-{uuid.uuid4().hex[:8]}"
     p = seed.Plan(starts=folds or {0: 0}, folds=folds or {0: 0}, holes=holes or {})
     return seed.write(tmp_path / f"{scope}.tsv",
-                      seed.seed_lines(scope, snapshot or seed.Snapshot(), p, DEFAULT_LIMITS, 86_400_000, 1))
+                      seed.seed_lines(scope, snapshot or seed.Snapshot(), p, DEFAULT_LIMITS, 86_400_000, partitions,
+                                      now=int(time.time() * 1000)))
 
 
 def stream():
@@ -93,7 +95,7 @@ def test_live_profiles_score_as_the_python_analyzers(spark, tmp_path):
         assert got[offset][:3] == pytest.approx(scores, abs=1e-9), offset
     flat = [x for s in want.values() for x in s]
     assert 1.0 in flat and any(0 < x < 1 for x in flat)  # the cases reach the ramps and their tops
-    assert all(0 <= g[3] < 60_000 for g in got.values())  # age: the transaction's own, no hole
+    assert all(0 <= g[3] < 60_000 for g in got.values())  # every transaction produced just now, no hole
 
 
 def test_a_replay_folds_nothing_twice(spark, tmp_path):
@@ -213,3 +215,50 @@ def test_the_stateful_processor_scores_as_the_python_analyzers(spark, settings, 
         row = profile_to_row(p)
         assert (last[card]["p_count"], last[card]["p_times"]) == (row[0], row[5]), card
         assert last[card]["p_mean"] == pytest.approx(row[1])
+
+
+def ages(spark, tmp_path, rows, **seed_args):
+    """{offset: profile_age_ms} of `rows` scored in order (None: unknown)."""
+    return {offset: r[3] for offset, r in live(spark, rows, seed_file(tmp_path, **seed_args)).items()}
+
+
+def test_profile_age_is_the_age_of_the_newest_history_the_card_folded(spark, tmp_path):
+    """Issue 36 item 2: a card's profile is as old as its previous transaction, or the seed's cut
+    when it has folded none since; not the scored transaction's own age (fresh by definition)."""
+    now = int(time.time() * 1000)
+    cut = now - 600_000
+    rows = [("card-a", 2_000, *PARIS, T0, 0, 0, now - 300_000),   # no history since the cut
+            ("card-a", 2_000, *PARIS, T0 + 60_000, 0, 1, now - 1_000),  # its history: 300 s old
+            ("card-b", 2_000, *PARIS, T0, 0, 2, now)]             # a card the seed did not hold
+    got = ages(spark, tmp_path, rows, snapshot=seed.Snapshot(as_of=cut, ends={0: 0}))
+    assert 600_000 <= got[0] < 660_000 and 600_000 <= got[2] < 660_000
+    assert 300_000 <= got[1] < 360_000  # the scored transaction itself is 1 s old
+
+
+def test_a_partition_rebuilt_past_its_seed_says_its_profiles_are_as_old_as_the_seed(spark, tmp_path):
+    """Issue 36 item 2: a task that builds a partition's profiles from the seed but whose first
+    record lies past the seed's offsets (rebuilt on another executor, a retried task) never folded
+    the records between: every decision there is at least as old as the seed's cut."""
+    now = int(time.time() * 1000)
+    cut = now - 200_000
+    rows = [(f"card-{i % 3}", 2_000, *PARIS, T0 + i * 60_000, 0, 50 + i, now) for i in range(6)]
+    rebuilt = ages(spark, tmp_path, rows, snapshot=seed.Snapshot(as_of=cut, ends={0: 10}), folds={0: 10})
+    assert all(age >= 200_000 for age in rebuilt.values()), rebuilt
+    # the same records read from where the seed ends: the cards' second transactions are fresh
+    whole = ages(spark, tmp_path, rows, snapshot=seed.Snapshot(as_of=cut, ends={0: 50}), folds={0: 50})
+    assert all(whole[50 + i] < 60_000 for i in range(3, 6)), whole
+
+
+def test_a_card_off_its_key_partition_has_an_unknown_profile_age(spark, tmp_path):
+    """Issue 36 item 2: a producer that does not key by card spreads a card's transactions over
+    partitions, and each partition's profile holds only its share: its age is unknown (null)."""
+    now = int(time.time() * 1000)
+    cards = [f"card-{i}" for i in range(8)]
+    home = dict(zip(cards, seed.partition_of(cards, 4)))  # Kafka's murmur2, as the producers key them
+    rows = [(c, 2_000, *PARIS, T0, (home[c] + k) % 4, i, now) for i, (c, k) in
+            enumerate((c, k) for c in cards for k in (0, 1))]
+    got = ages(spark, tmp_path, rows, partitions=4,
+               folds={p: 0 for p in range(4)})
+    for offset, (card, *_rest) in enumerate(rows):
+        on_home = rows[offset][5] == home[card]
+        assert (got[offset] is not None) == on_home, (card, rows[offset][5], home[card], got[offset])

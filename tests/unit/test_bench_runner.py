@@ -123,4 +123,4 @@ def test_realtime_figures_use_each_measured_transaction_s_first_decision():
                ({"txn_id": "stranger", "decided_at": 1, "profile_age_ms": 1}, 2)]         # not expected
     got = realtime_figures(records, appended, {"a", "b", "c", "warm"}, since_ms=500)
     assert got["profile_age_p99_ms"] == 30 and got["profile_age_unknown"] == 1
-    assert got["split_ms"] == {"read_and_score_p50": 4, "read_and_score_p99": 30, "write_p50": 1, "write_p99": 30}
+    assert got["split_ms"] == {"read_and_score_p50": 30, "read_and_score_p99": 30, "write_p50": 1, "write_p99": 2}

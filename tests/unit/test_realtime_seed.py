@@ -67,3 +67,70 @@ def test_the_seed_is_written_whole(tmp_path):
     path = seed.write(tmp_path / "s" / "1.tsv", iter(["scope\tx", "end-of-seed"]))
     assert path.read_text() == "scope\tx\nend-of-seed\n"
     assert not list(tmp_path.glob("s/*.tmp"))
+
+
+def _profile_rows(cards, batch):
+    return [{"card_id": c, "p_count": batch, "p_mean": 100.0, "p_lat": None, "p_lon": None, "p_time": None,
+             "p_times": ""} for c in cards]
+
+
+def test_the_seed_folds_from_the_profiles_own_cut_not_a_later_batch_that_wrote_none(store):
+    """Issue 36 item 2, first case: the fraud job writes card_profiles in real-time mode only, so
+    after a micro-batch run the newest applied batch covers offsets the profiles never folded: the
+    seed takes the offsets the profiles were written with (their cut), and a start folds from there
+    (or says the hole)."""
+    from controlplane import ledger
+    from controlplane.store import transaction
+    from pipelines.fraud.sinks import write_profiles
+
+    def batch(i):
+        return ledger.Batch("fraud", "cp", i, end_offsets={"tx": {"0": 10 * (i + 1), "1": 5 * (i + 1)}})
+
+    with transaction(store) as conn:  # a real-time run's batches 0-2 wrote profiles; a micro-batch run's 3-5 none
+        for i in range(6):
+            ledger.apply_once(conn, batch(i), 1)
+            if i <= 2:
+                write_profiles(conn, _profile_rows(["card-a", "card-b"], i), batch(i))
+    snap = seed.read_snapshot(store, "fraud", "tx", now=NOW, ttl_ms=10**13)
+    assert snap.ends == {0: 30, 1: 15} and snap.history and len(snap.profiles) == 2
+    p = seed.plan(snap, {0: 0, 1: 0}, {0: 60, 1: 30}, "latest", None, 1_000, NOW)
+    assert p.folds == {0: 30, 1: 15} and p.holes == {}  # batches 3-5 are folded again
+    short = seed.plan(snap, {0: 0, 1: 0}, {0: 60, 1: 30}, "latest", None, 20, NOW)
+    assert short.holes == {0: snap.as_of} and short.folds == {0: 40, 1: 15}  # or the hole is said
+
+
+def test_history_without_profiles_folds_from_the_topic_start():
+    """A micro-batch run before the first real-time start: no cut, but history the stateful path
+    applied; the profiles fold from the topic's start (policy latest or not), or say the hole,
+    dated by the first record they miss."""
+    snap = seed.Snapshot(history=True)
+    p = seed.plan(snap, {0: 5}, {0: 100}, "latest", None, 1_000, NOW)
+    assert p.folds == {0: 5} and p.holes == {}
+    q = seed.plan(snap, {0: 5}, {0: 10_000}, "latest", None, 100, NOW)
+    assert q.folds == {0: 9_900} and q.missed == {0: 5} and 0 in q.holes
+
+
+def test_records_the_topic_no_longer_holds_are_a_hole():
+    snap = seed.Snapshot(as_of=NOW - 60_000, ends={0: 50})
+    p = seed.plan(snap, {0: 80}, {0: 100}, "latest", None, 1_000, NOW)  # retention deleted 50-79
+    assert p.holes == {0: NOW - 60_000} and p.folds == {0: 80} and p.missed == {0: 80}
+
+
+def test_the_seed_holds_only_profiles_within_the_ttl(store):
+    from controlplane.store import transaction
+
+    with transaction(store) as conn:
+        conn.execute("INSERT INTO card_profile_cuts (sink, checkpoint_id, batch_id, end_offsets, ts) "
+                     "VALUES ('fraud', 'cp', 1, '{\"tx\": {\"0\": 7}}', ?)", [NOW - 1_000])
+        conn.executemany("INSERT INTO card_profiles (card_id, count, updated_at) VALUES (?, 1, ?)",
+                         [("alive", NOW - 59_000), ("gone", NOW - 61_000)])
+    snap = seed.read_snapshot(store, "fraud", "tx", now=NOW, ttl_ms=60_000)
+    assert [r[0] for r in snap.profiles] == ["alive"] and snap.ends == {0: 7} and snap.as_of == NOW - 1_000
+
+
+def test_the_seed_says_its_cut_and_the_topic_partitions():
+    snap = seed.Snapshot(as_of=NOW - 5_000, ends={0: 7})
+    lines = list(seed.seed_lines("tx", snap, seed.Plan({0: 7}, {0: 7}, {}), DEFAULT_LIMITS, 60_000, 4, now=NOW))
+    assert f"cut\t{NOW - 5_000}" in lines and "partitions\t4" in lines
+    fresh = list(seed.seed_lines("tx", seed.Snapshot(), seed.Plan({0: 0}, {0: 0}, {}), DEFAULT_LIMITS, 1, 4, now=NOW))
+    assert f"cut\t{NOW}" in fresh
