@@ -12,9 +12,11 @@ query's long-running tasks, one per Kafka partition, fold each transaction into 
 as they score it, the same three analyzers as the stateful path, in order per card (the simulator
 keys transactions by card). A start seeds them from the stateful path's profiles and reads from
 the offsets those cover (`pipelines.fraud.seed`), so no transaction is missing from a profile; a
-decision records how old the newest transaction its profile may be missing is (`profile_age_ms`:
-the transaction's own age, or the age of a hole when a replay was cut short). The aggregator and
-the rest stay SQL expressions; decisions go straight to the Kafka `decisions-rt` topic.
+decision records how stale its card's profile is (`profile_age_ms`: the age of the newest history
+the profile has folded, the card's previous transaction or the seed's cut, and never younger than
+a hole of its partition; absent when unknown: a transaction off its card's key partition; see
+LiveProfiles.java). The aggregator and the rest stay SQL expressions; decisions go straight to
+the Kafka `decisions-rt` topic.
 
 The model in use scores here too, in the same JVM (`LiveModel.java`, `ModelScore.java`: the
 version's model.json), on the features it was trained on, by name: the amount and the calendar
@@ -94,7 +96,8 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
         scored = scored.where(F.col("kafka_ts") >= F.timestamp_millis(F.lit(emit_from_ms)))
     scored = scored.select("*", F.split(F.col("_model")[0], ",").alias("_live"))
     scored = scored.select("*", *[F.col("_live")[i].cast("double").alias(f"score_{n}") for i, n in enumerate(ANALYZERS)],
-                           F.col("_live")[len(ANALYZERS)].cast("bigint").alias("profile_age_ms"))
+                           # "": unknown (a card off its key's partition), null in the decision
+                           F.nullif(F.col("_live")[len(ANALYZERS)], F.lit("")).cast("bigint").alias("profile_age_ms"))
     rules_score, rules_fraud = aggregate_columns(threshold)
     version = F.col("_model")[1].cast("int")
     learned = version > F.lit(0)
@@ -145,6 +148,30 @@ def offset_bounds(s: Settings, topic: str) -> tuple[dict, dict]:
         c.close()
 
 
+def record_times(s: Settings, topic: str, offsets: dict) -> dict:
+    """{partition: Kafka timestamp (ms) of the record at that offset} for the ones still readable."""
+    from kafka import TopicPartition
+
+    if not offsets:
+        return {}
+    c = kafka_client.consumer(s, isolation_level="read_committed", group_id=None)
+    out = {}
+    try:
+        parts = {TopicPartition(topic, p): o for p, o in offsets.items()}
+        c.assign(list(parts))
+        for tp, o in parts.items():
+            c.seek(tp, o)
+        deadline = time.monotonic() + 10
+        while len(out) < len(parts) and time.monotonic() < deadline:
+            for tp, records in c.poll(timeout_ms=500, max_records=100).items():
+                if records and tp.partition not in out:
+                    out[tp.partition] = int(records[0].timestamp)
+                    c.pause(tp)
+        return out
+    finally:
+        c.close()
+
+
 def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DEFAULT_LIMITS):
     """Start the real-time query on a fresh checkpoint at the seed's offsets: (query, plan, resumed)."""
     from controlplane import store
@@ -155,14 +182,18 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
     earliest, latest = offset_bounds(s, topic)
     db = store.connect(o.store_path)
     try:
-        snapshot = seed.read_snapshot(db, sink, topic)
+        snapshot = seed.read_snapshot(db, sink, topic, started_at, s.state_ttl_minutes * 60_000)
     finally:
         db.conn.close()
     resume = checkpoints.position(folder).committed_offsets.get(topic) if o.guarantee == "at-least-once" else None
     plan = seed.plan(snapshot, earliest, latest, o.starting_offsets, resume, s.realtime_max_replay, started_at)
+    if snapshot.as_of is None and plan.holes:
+        # a hole without a cut: the profiles miss everything from the first record they skip
+        plan.holes.update(record_times(s, topic, plan.missed))
     seeds = o.checkpoint / "realtime-seeds"
     path = seed.write(seeds / f"{started_at}.tsv",
-                      seed.seed_lines(topic, snapshot, plan, limits, s.state_ttl_minutes * 60_000, len(latest)))
+                      seed.seed_lines(topic, snapshot, plan, limits, s.state_ttl_minutes * 60_000, len(latest),
+                                      now=started_at))
     for old in sorted(seeds.glob("*.tsv"), key=lambda p: p.stat().st_mtime)[:-SEEDS_KEPT]:
         old.unlink(missing_ok=True)
     # the query always starts at the plan's offsets: Spark honours startingOffsets only on a new checkpoint

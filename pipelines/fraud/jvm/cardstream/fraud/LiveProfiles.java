@@ -27,6 +27,16 @@ import java.util.concurrent.ConcurrentHashMap;
  * folded; a record before it (a replay) is scored against a copy and folds nothing, so a replay
  * never counts a transaction twice. A partition whose live profiles already cover more than a new
  * seed keeps them (they are fresher); one that covers less is reset from the seed.
+ *
+ * <p>A decision's profile age ({@code profile_age_ms}) is the age of the newest history the card's
+ * profile has folded: its previous transaction's {@code produced_at}, or the seed's cut when it
+ * has folded none since (a card the seed did not hold had no history up to the cut). It is never
+ * younger than a hole of its partition: a replay cut short (seed.py), or a partition whose first
+ * record lies past the seed's offsets (its profiles were rebuilt from the seed by a task that
+ * starts later than the seed: another executor, a retried task), so records between were folded
+ * by no profile here. It is unknown (empty, a null in the decision) for a transaction on another
+ * partition than its card's key would give: a producer not keying by card spreads a card over
+ * partitions, and each partition's profile holds only its share.
  */
 public final class LiveProfiles {
     private LiveProfiles() {}
@@ -89,6 +99,7 @@ public final class LiveProfiles {
         long placeTime;
         long[] times = new long[0];
         long lastSeenMs;
+        long asOf;   // produced_at of the newest transaction folded (the seed's cut if none since)
         // the card's payments over the longest card window (History.java's card state): the model's features
         long[] histTimes = new long[0], histAmounts = new long[0], histOver = new long[0];
 
@@ -96,7 +107,7 @@ public final class LiveProfiles {
             Card c = new Card();
             c.hasTicket = hasTicket; c.hasPlace = hasPlace; c.count = count; c.mean = mean;
             c.lat = lat; c.lon = lon; c.placeTime = placeTime; c.times = times; c.lastSeenMs = lastSeenMs;
-            c.histTimes = histTimes; c.histAmounts = histAmounts; c.histOver = histOver;
+            c.asOf = asOf; c.histTimes = histTimes; c.histAmounts = histAmounts; c.histOver = histOver;
             return c;
         }
     }
@@ -109,6 +120,8 @@ public final class LiveProfiles {
         final Map<Integer, Long> ends = new HashMap<>();     // snapshot covers offsets < end
         final Map<Integer, Long> holes = new HashMap<>();    // partition -> hole start (ms): see seed.py
         final Map<Integer, Map<String, Card>> cards = new HashMap<>();
+        long cut = Long.MIN_VALUE;   // when the seeded profiles were whole (ms)
+        int partitions;              // the topic's partitions (0: unknown)
 
         Seed(String path) { this.path = path; }
     }
@@ -124,6 +137,7 @@ public final class LiveProfiles {
         // them, the fold began at the topic's start; MAX: nothing folded yet)
         long historyFrom = Long.MAX_VALUE;
         long folds;
+        boolean started;               // it has seen a record
         final HashMap<String, Card> cards = new HashMap<>();
     }
 
@@ -160,9 +174,15 @@ public final class LiveProfiles {
                 return part.lastResult;
             }
             long now = System.currentTimeMillis();
+            if (!part.started) {
+                part.started = true;
+                // records between the seed's offsets and this one were folded by no profile here
+                if (offset > part.foldFrom) part.holeFrom = Math.min(part.holeFrom, seed.cut);
+            }
             boolean fold = offset >= part.foldFrom;
             Card stored = part.cards.get(cardId);
-            Card card = stored == null ? new Card() : (fold ? stored : stored.copy());
+            Card card = stored == null ? fresh(seed) : (fold ? stored : stored.copy());
+            long asOf = card.asOf;
             Limits l = seed.limits;
             double ticket = avgTicket(card, amountCents, l);
             // NaN: a transaction without coordinates; the proximity analyzer has no opinion on it
@@ -172,6 +192,7 @@ public final class LiveProfiles {
             if (fold && part.historyFrom == Long.MAX_VALUE) part.historyFrom = eventTime;
             if (fold) {
                 card.lastSeenMs = now;
+                card.asOf = Math.max(card.asOf, producedAt);
                 if (stored == null) {
                     part.cards.put(cardId, card);
                 }
@@ -180,15 +201,60 @@ public final class LiveProfiles {
                     sweep(part, now - l.ttlMs);
                 }
             }
-            long complete = Math.min(producedAt, part.holeFrom);
             Decided out = new Decided();
-            out.text = ticket + "," + place + "," + velocity + "," + Math.max(0L, now - complete);
+            out.text = ticket + "," + place + "," + velocity + "," + profileAge(seed, cardId, partition, asOf, part.holeFrom, now);
             out.cardWindows = windows;
             out.historyFrom = part.historyFrom;
             part.lastOffset = offset;
             part.lastResult = out;
             return out;
         }
+    }
+
+    /** A card the partition holds no profile of: no history up to the seed's cut. */
+    private static Card fresh(Seed seed) {
+        Card c = new Card();
+        c.asOf = seed.cut;
+        return c;
+    }
+
+    /** The decision's profile_age_ms as text: "" (unknown) for a card off its key's partition. */
+    static String profileAge(Seed seed, String cardId, int partition, long asOf, long holeFrom, long now) {
+        if (seed.partitions > 0 && partitionOf(cardId, seed.partitions) != partition) return "";
+        long whole = Math.min(asOf, holeFrom);
+        return whole == Long.MIN_VALUE ? "" : Long.toString(Math.max(0L, now - whole));
+    }
+
+    /** The partition Kafka's default partitioner gives a record keyed by `cardId` (murmur2). */
+    static int partitionOf(String cardId, int partitions) {
+        return (murmur2(cardId.getBytes(StandardCharsets.UTF_8)) & 0x7fffffff) % partitions;
+    }
+
+    /** Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2; infra/partitioner.py). */
+    static int murmur2(byte[] data) {
+        int length = data.length, m = 0x5bd1e995, r = 24;
+        int h = 0x9747b28c ^ length;
+        int length4 = length / 4;
+        for (int i = 0; i < length4; i++) {
+            int i4 = i * 4;
+            int k = (data[i4] & 0xff) + ((data[i4 + 1] & 0xff) << 8) + ((data[i4 + 2] & 0xff) << 16)
+                + ((data[i4 + 3] & 0xff) << 24);
+            k *= m;
+            k ^= k >>> r;
+            k *= m;
+            h *= m;
+            h ^= k;
+        }
+        switch (length % 4) {
+            case 3: h ^= (data[(length & ~3) + 2] & 0xff) << 16;
+            case 2: h ^= (data[(length & ~3) + 1] & 0xff) << 8;
+            case 1: h ^= data[length & ~3] & 0xff;
+                h *= m;
+        }
+        h ^= h >>> 13;
+        h *= m;
+        h ^= h >>> 15;
+        return h;
     }
 
     /** The longest card window the live history keeps (History.java keeps the same). */
@@ -400,7 +466,9 @@ public final class LiveProfiles {
                     case "limits": s.limits = Limits.parse(line.substring("limits\t".length())); break;
                     case "end": s.ends.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
                     case "hole": s.holes.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
-                    case "card": s.cards.computeIfAbsent(Integer.parseInt(f[1]), k -> new HashMap<>()).put(f[2], card(f)); break;
+                    case "cut": s.cut = Long.parseLong(f[1]); break;
+                    case "partitions": s.partitions = Integer.parseInt(f[1]); break;
+                    case "card": s.cards.computeIfAbsent(Integer.parseInt(f[1]), k -> new HashMap<>()).put(f[2], card(f, s.cut)); break;
                     case "end-of-seed": ended = true; break;
                     default: throw new IOException("unknown line in the seed: " + f[0]);
                 }
@@ -410,7 +478,7 @@ public final class LiveProfiles {
         return s;
     }
 
-    private static Card card(String[] f) {
+    private static Card card(String[] f, long cut) {
         Card c = new Card();
         if (!f[3].isEmpty()) {
             c.hasTicket = true;
@@ -425,6 +493,7 @@ public final class LiveProfiles {
         }
         c.times = parseTimes(f[8]);
         c.lastSeenMs = System.currentTimeMillis();
+        c.asOf = cut;
         return c;
     }
 }
