@@ -247,3 +247,26 @@ def test_crash_after_sink_and_a_broker_outage_longer_than_the_delivery_timeout(k
         assert "restarting it from its checkpoint" in out, out[-2000:]
     on_kafka = [d["txn_id"] for d in consume(kafka, job.dec)]
     assert sorted(on_kafka) == sorted(t["txn_id"] for t in first + later), out[-2000:]
+
+
+def test_a_repeated_txn_id_keeps_its_first_decision_in_the_store_and_is_counted(kafka, topic, tmp_path):
+    """A producer that sends a txn_id twice: the decisions topic gets both decisions, the store
+    keeps the first, and the one it did not keep is counted (`not_kept`), not dropped unseen;
+    twice in one batch and again in a later run."""
+    job = Job(tmp_path, topic)
+    t0 = int(time.time() * 1000) - HOUR
+    first = history(t0)
+    produce(kafka, job.tx, first + [first[0]])           # the same transaction again, same batch
+    job.run_available_now(timeout=600)
+    produce(kafka, job.tx, [{**first[1], "amount_cents": 9_999}])   # decided before, sent again
+    job.run_available_now(timeout=600)
+
+    on_kafka = [d["txn_id"] for d in consume(kafka, job.dec)]
+    assert sorted(on_kafka) == sorted([t["txn_id"] for t in first] + [first[0]["txn_id"], first[1]["txn_id"]])
+    assert job.count() == len(first)
+    assert job.rows(f"SELECT amount_cents FROM decisions WHERE txn_id = '{first[1]['txn_id']}'")[0]["amount_cents"] \
+        == first[1]["amount_cents"]                        # the first decision is the one kept
+    kept = job.rows("SELECT * FROM not_kept ORDER BY batch_id")
+    assert [r["kind"] for r in kept] == ["repeated", "repeated"] and sum(r["count"] for r in kept) == 2, kept
+    assert [json.loads(r["detail"]) for r in kept] == [[first[0]["txn_id"]], [first[1]["txn_id"]]]
+    assert len(on_kafka) - job.count() == sum(r["count"] for r in kept)   # every decision accounted for
