@@ -23,47 +23,78 @@ def draw(db, s):
     if df.empty:
         ui.no_data("no micro-batch recorded — the Spark jobs have not run a batch.")
     else:
-        summary = data.state_now(df)
-        summary["state_mib"] = summary["state_memory_bytes"] / 2**20
-        st.dataframe(summary[["query", "last_batch", "state_rows", "state_mib", "median_commit_ms",
-                              "median_duration_ms", "checkpoint"]], hide_index=True, width="stretch",
-                     column_config={"last_batch": st.column_config.NumberColumn("last batch", format="%d"),
-                                    "state_rows": st.column_config.NumberColumn("state rows", format="localized"),
-                                    "state_mib": st.column_config.NumberColumn("state memory", format="%.1f MiB"),
-                                    "median_commit_ms": st.column_config.NumberColumn("median commit", format="%d ms"),
-                                    "median_duration_ms": st.column_config.NumberColumn("median batch", format="%d ms")})
-        left, right = st.columns(2)
-        left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), width="stretch")
-        right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
-                                            "duration (ms)"), width="stretch")
-        split = data.stage_breakdown(db)
-        if split.empty:
-            ui.no_data("no fraud batch with rows yet: nothing to split into stages.")
-        else:
-            st.plotly_chart(charts.stages(split), width="stretch")
-            st.caption(text.stages(split))
-        st.subheader("Per query")
-        queries = sorted(df["query"].unique(), key=lambda q: (q != "fraud", q))
-        query = st.selectbox("query", queries, index=0, key="health_query")
-        part = df[df["query"] == query]
-        st.plotly_chart(charts.query_health(part, query), width="stretch")
-        st.caption(text.query_health(part))
+        batch_summary(df)
+        batch_times(df)
+        stage_split(db)
+        one_query(df)
+    checkpoint_positions(db, s, now)
+    batches_run_again(db, s, now)
+    latest_recoveries(db)
+    memory_and_disk(db, s, now)
+    if not df.empty:
+        state_and_history(df)
 
+
+def batch_summary(df):
+    """One row per query: its last batch, the state it keeps, its median commit and batch."""
+    summary = data.state_now(df)
+    summary["state_mib"] = summary["state_memory_bytes"] / 2**20
+    st.dataframe(summary[["query", "last_batch", "state_rows", "state_mib", "median_commit_ms",
+                          "median_duration_ms", "checkpoint"]], hide_index=True, width="stretch",
+                 column_config={"last_batch": st.column_config.NumberColumn("last batch", format="%d"),
+                                "state_rows": st.column_config.NumberColumn("state rows", format="localized"),
+                                "state_mib": st.column_config.NumberColumn("state memory", format="%.1f MiB"),
+                                "median_commit_ms": st.column_config.NumberColumn("median commit", format="%d ms"),
+                                "median_duration_ms": st.column_config.NumberColumn("median batch", format="%d ms")})
+
+
+def batch_times(df):
+    left, right = st.columns(2)
+    left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), width="stretch")
+    right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
+                                        "duration (ms)"), width="stretch")
+
+
+def stage_split(db):
+    """Where the fraud batches' time goes, stage by stage."""
+    split = data.stage_breakdown(db)
+    if split.empty:
+        ui.no_data("no fraud batch with rows yet: nothing to split into stages.")
+        return
+    st.plotly_chart(charts.stages(split), width="stretch")
+    st.caption(text.stages(split))
+
+
+def one_query(df):
+    """One query's batches, chosen in a select box (the fraud job's first)."""
+    st.subheader("Per query")
+    queries = sorted(df["query"].unique(), key=lambda q: (q != "fraud", q))
+    query = st.selectbox("query", queries, index=0, key="health_query")
+    part = df[df["query"] == query]
+    st.plotly_chart(charts.query_health(part, query), width="stretch")
+    st.caption(text.query_health(part))
+
+
+def checkpoint_positions(db, s, now):
+    """Each checkpoint's last planned and committed batch, as Spark left them on disk."""
     st.subheader("Where each checkpoint stands")
     pos = data.positions(s.checkpoint_root, now)
     if pos.empty:
         ui.no_data(f"no checkpoint under {s.checkpoint_root} yet.")
-    else:
-        jobs = job_status(db, now)
-        running = set(jobs.loc[jobs["status"] == "running", "job"]) if not jobs.empty else set()
-        shown = pos.assign(query_id=pos["query_id"].map(fmt.short_id),
-                           state=[text.checkpoint_state(r, r["job"] in running) for r in pos.to_dict("records")])
-        st.dataframe(shown[["query", "query_id", "state"]], hide_index=True, width="stretch",
-                     column_config={"query_id": st.column_config.TextColumn("checkpoint (query id)"),
-                                    "state": st.column_config.TextColumn(width="large")})
-        st.caption(f"From Spark's offset log (a batch is planned there before it runs) and commit log "
-                   f"(written when it is done), under {s.checkpoint_root}.")
+        return
+    jobs = job_status(db, now)
+    running = set(jobs.loc[jobs["status"] == "running", "job"]) if not jobs.empty else set()
+    shown = pos.assign(query_id=pos["query_id"].map(fmt.short_id),
+                       state=[text.checkpoint_state(r, r["job"] in running) for r in pos.to_dict("records")])
+    st.dataframe(shown[["query", "query_id", "state"]], hide_index=True, width="stretch",
+                 column_config={"query_id": st.column_config.TextColumn("checkpoint (query id)"),
+                                "state": st.column_config.TextColumn(width="large")})
+    st.caption(f"From Spark's offset log (a batch is planned there before it runs) and commit log "
+               f"(written when it is done), under {s.checkpoint_root}.")
 
+
+def batches_run_again(db, s, now):
+    """The batches a restart ran again: from Spark's logs (left) and from the sink ledger (right)."""
     st.subheader("Batches run again after a restart")
     reruns = data.log_reruns(s.checkpoint_root, data.restart_times(db, now - 3_600_000))
     repeats = data.ledger_repeats(db, now)
@@ -90,14 +121,18 @@ def draw(db, s):
                                        "processed": st.column_config.NumberColumn("records", format="localized"),
                                        "first": TIME, "last": TIME,
                                        "checkpoint_id": st.column_config.TextColumn("checkpoint")})
+
+
+def latest_recoveries(db):
     rec = recoveries(db, 10)
     if not rec.empty:
         st.caption("Latest recoveries: " + "; ".join(
             f"{r.job} after {r.fault} at {fmt.clock(r.killed_at)}: {fmt.duration_s(r.seconds)}"
             for r in rec.itertuples()) + ".")
-    memory_and_disk(db, s, now)
-    if df.empty:
-        return
+
+
+def state_and_history(df):
+    """The state each query keeps over time, beside its last 100 batches."""
     left, right = st.columns(2)
     left.plotly_chart(charts.state(df), width="stretch")
     with right:
