@@ -110,8 +110,9 @@ def say_latency_rule(start: dict | None, lat: Latencies, summary: dict) -> None:
     if not lat.warm.empty:
         st.caption(text.warmup(start, len(lat.warm)))
     if summary["n"]:
-        st.caption(f"Latency over the newest {fmt.count(summary['n'])} decisions of `{lat.topic}` after the warm-up: "
-                   f"{fmt.percent(summary['within_goal'])} decided within {GOAL} ms. Latency is {MEASURE}.")
+        st.caption(f"Latency over the newest {fmt.count(summary['n'])} decisions after the warm-up, read from "
+                   f"`{lat.topic}`: {fmt.percent(summary['within_goal'])} decided within {GOAL} ms. "
+                   f"Latency is {MEASURE}.")
     if lat.unmatched:
         st.caption(f"{fmt.count(lat.unmatched)} of the newest decisions are left out: their transaction was not "
                    "found in the part of the transactions topic read (from shortly before the oldest decision's "

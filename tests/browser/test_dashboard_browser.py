@@ -16,6 +16,7 @@ import time
 import pandas as pd
 import pytest
 
+from controlplane import commands
 from controlplane.clock import now_ms
 from controlplane.store import connect
 from dashboard import fmt
@@ -23,8 +24,8 @@ from infra import kafka_client
 from infra.config import load
 from tests.harness.append_times import decision, latencies, transaction
 from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, kafka_badge, settle, streamlit
-from tests.harness.dashboard_seed import (FAULT_BATCH, label_records, seed_bench_runs, seed_first_minute, seed_models,
-                                          seed_store, simulator_labels)
+from tests.harness.dashboard_seed import (FAULT_BATCH, RATE, label_records, seed_bench_runs, seed_first_minute,
+                                          seed_models, seed_store, simulator_labels)
 
 # the seeded walk's pages: the live walk's (PAGES) and the Model page, which tests/e2e/test_standby.py's
 # LIVE does not list yet
@@ -88,6 +89,9 @@ def dashboard(tmp_path, kafka, topic, monkeypatch):
     seed_bench_runs(db, versions[-1])
     db.conn.close()
     fill(topics, seeded.topic_end, label_records(seeded))
+    db = connect(db_path)  # a command while the decisions in Kafka were made, for the Overview's timeline
+    commands.issue(db, "set-rate", "simulator", rate=RATE)
+    db.conn.close()
     env = {"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
            "TOPIC_LABELS": topics["labels"], "TOPIC_TRANSACTIONS": topics["transactions"],
            "TOPIC_DECISIONS": topics["decisions"]}
