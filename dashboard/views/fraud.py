@@ -71,7 +71,11 @@ def draw(db, s):
                                     "model", format="%d", help="The aggregator that decided: 0 the rules, N a "
                                                                "learned version (see Model)."),
                                 "amount": st.column_config.NumberColumn(format="localized"),
-                                "latency_ms": st.column_config.NumberColumn("latency", format="%d ms"),
+                                "latency_ms": st.column_config.NumberColumn(
+                                    "decided − produced", format="%d ms",
+                                    help="decided_at − produced_at: the job's clock when it scored minus the "
+                                         "producer's when it sent (two clocks, before the store and Kafka writes); "
+                                         "the Overview's latency is the bench's, Kafka append to append."),
                                 **{c: st.column_config.ProgressColumn(c.removeprefix("score_").replace("_", " "),
                                                                       min_value=0, max_value=1, format="%.2f")
                                    for c in [*data.SCORE_COLUMNS, "score"]}})
