@@ -15,6 +15,16 @@ the code branches on a guarantee's name.
   increment and the batch's ledger record land in ONE SQLite transaction, and a batch already
   applied under this checkpoint is skipped, so a replay has no second effect.
 
+The fraud job's real-time path has a guarantee of its own (`RealtimeGuarantee`, resolved once
+from `--guarantee` / FRAUD_RT_GUARANTEE): its stateful companion decides every transaction exactly
+once, so the real-time path's choice is only where a restart reads from and whether it sends
+again the decisions it may have sent before it stopped.
+
+- at-most-once: a restart reads from the offsets its seed covers and sends a decision only for
+  the transactions that reach Kafka after the start: what came while it was down is skipped.
+- at-least-once: a restart reads back to its own last committed offsets (or the seed's, if
+  earlier) and sends those decisions again: nothing it had not committed is skipped.
+
 Every write is fenced (`controlplane.fencing.fenced_write`): a zombie instance cannot write.
 No Spark import here: the sink rules are unit-tested on a real SQLite file alone.
 """
@@ -28,7 +38,7 @@ import sqlite_utils
 from controlplane import fencing, ledger
 from controlplane.clock import now_ms
 from controlplane.store import transaction
-from infra.contracts import GUARANTEES
+from infra.contracts import GUARANTEES, RT_GUARANTEES
 
 JOB = "usage"
 # how to bring a usage sink and its checkpoint back together (said when either is refused)
@@ -162,11 +172,53 @@ POLICIES: dict[str, Guarantee] = {g.name: g for g in (
 assert tuple(POLICIES) == GUARANTEES, "one policy per guarantee of the contract"
 
 
-def policy(name: str) -> Guarantee:
+def _named(policies: dict, name: str, what: str):
     try:
-        return POLICIES[name]
+        return policies[name]
     except KeyError:
-        raise ValueError(f"There is no guarantee {name!r}; choose from {', '.join(GUARANTEES)}.") from None
+        raise ValueError(f"There is no {what} {name!r}; choose from {', '.join(policies)}.") from None
+
+
+def policy(name: str) -> Guarantee:
+    return _named(POLICIES, name, "guarantee")
+
+
+@dataclass(frozen=True)
+class RealtimeGuarantee:
+    """The fraud job's real-time path's guarantee: what its (re)start does. The path asks it
+    where to read from and from when to send decisions, and never compares its name."""
+    name: str
+    resends: bool   # True: a restart replays from its own committed offsets, sending those decisions again
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    def resume_from(self, committed: dict | None) -> dict | None:
+        """Where a restart reads from besides the seed's offsets: the path's own last committed
+        offsets ({partition: offset}, from its checkpoint) when it resends, else none."""
+        return committed if self.resends else None
+
+    def sends_from(self, started_at_ms: int) -> int | None:
+        """The append time from which decisions are sent: None (every transaction read) when it
+        resends, else the start (what arrived while it was down is folded, not decided)."""
+        return None if self.resends else started_at_ms
+
+
+RT_POLICIES: dict[str, RealtimeGuarantee] = {g.name: g for g in (
+    RealtimeGuarantee(AT_MOST_ONCE, resends=False,
+                      sentence="never replays: a restart decides only what reaches Kafka after it, so what "
+                               "arrives while it restarts is skipped (the stateful path still decides it)"),
+    RealtimeGuarantee(AT_LEAST_ONCE, resends=True,
+                      sentence="replays: a restart reads back to its own last committed offsets, so "
+                               "decisions sent before the stop may be sent again"),
+)}
+assert tuple(RT_POLICIES) == RT_GUARANTEES, "one policy per real-time guarantee of the contract"
+
+
+def rt_policy(name: str) -> RealtimeGuarantee:
+    """The real-time path's policy for `name`; ValueError naming the choices for any other."""
+    return _named(RT_POLICIES, name, "real-time guarantee")
 
 
 def counts(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:

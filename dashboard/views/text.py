@@ -5,7 +5,7 @@ from __future__ import annotations
 from controlplane.faults import CATALOGUE, target
 from dashboard import fmt
 from pipelines.engine.stages import STAGES
-from pipelines.guarantees import POLICIES
+from pipelines.guarantees import POLICIES, RT_POLICIES
 
 COLORS = {"at-most-once": "red", "at-least-once": "orange", "exactly-once": "green"}
 
@@ -192,15 +192,16 @@ def rt_guarantee_story(gap: dict | None, totals: dict, guarantee: str | None, mi
                 + (f" ({guarantee})" if guarantee else "") + f" decided {fmt.count(rt['decided'])} transactions")
         return said + (f", {fmt.count(rt['undecided'])} undecided." if rt["undecided"] else " and left none undecided.")
     g = gap.get("guarantee") or guarantee or "the real-time path"
+    policy = RT_POLICIES.get(g)  # None: a run that did not record its guarantee
     restart = _RESTARTS.get(gap.get("kind"), "restart")
     undecided, filled = _n(gap.get("undecided")), _n(gap.get("filled_by_accurate"))
     if fmt._missing(gap.get("recovered_at")):
         return (f"{g}: since the {gap.get('kind')} at {fmt.clock(gap.get('killed_at'))} the real-time path has "
                 f"decided nothing yet; {fmt.count(undecided)} transactions undecided so far.")
     down = fmt.duration_ms(gap.get("down_ms"))
-    if g == "at-most-once":
-        head = (f"at-most-once skipped {fmt.count(undecided)} transactions during the {down} {restart}"
-                if undecided else f"at-most-once skipped nothing during the {down} {restart}")
+    if policy is not None and not policy.resends:
+        head = (f"{g} skipped {fmt.count(undecided)} transactions during the {down} {restart}"
+                if undecided else f"{g} skipped nothing during the {down} {restart}")
     else:
         head = (f"{g} replayed {fmt.count(gap.get('replayed'))} decisions after the {down} {restart}"
                 + (f" and left {fmt.count(undecided)} undecided" if undecided else ", leaving none undecided"))

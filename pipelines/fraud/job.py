@@ -32,7 +32,6 @@ from controlplane.store import connect
 from infra import kafka_client, logs
 from infra.topics import ensure_topics
 from infra.config import Settings, load
-from infra.contracts import RT_GUARANTEES as REALTIME_GUARANTEES
 from pipelines.engine import checkpoints
 from pipelines.engine.poison import Streaks
 from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
@@ -45,6 +44,7 @@ from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
 from pipelines.fraud.sinks import Sinks, scored_table, with_payloads
 from pipelines.fraud.state import SCORED_DDL, STATE_LAYOUTS
+from pipelines.guarantees import AT_MOST_ONCE, RT_POLICIES, RealtimeGuarantee, rt_policy
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -68,7 +68,8 @@ class Options:
     realtime_batch_seconds: float = 300.0
     markers_topic: str = "decisions-batches"
     realtime_topic: str = "decisions-rt"
-    guarantee: str = "at-most-once"   # the real-time path's; the stateful path is exactly once
+    # the real-time path's, resolved once; the stateful path is exactly once
+    guarantee: RealtimeGuarantee = RT_POLICIES[AT_MOST_ONCE]
     standby: bool = False             # start warm, waiting for the job's lease
     labels_topic: str = "labels"      # the feedback the terminal features learn from
     features_topic: str = "features"  # the feature log: every decision's features, exactly once
@@ -94,10 +95,10 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    help="labels joined in the job (a terminal's risk): feedback, each after its delay")
     p.add_argument("--features-topic", default=s.topics.features,
                    help="the feature log: each decision's features, score and verdict, exactly once")
-    p.add_argument("--guarantee", choices=REALTIME_GUARANTEES, default=s.fraud_rt_guarantee,
-                   help="the real-time path's guarantee (real-time mode): at-most-once restarts from the "
-                        "latest offsets and never replays; at-least-once restarts from its checkpoint and "
-                        "replays. The stateful path decides every transaction exactly once either way.")
+    p.add_argument("--guarantee", choices=tuple(RT_POLICIES), default=s.fraud_rt_guarantee,
+                   help="the real-time path's guarantee (real-time mode): "
+                        + "; ".join(f"{g.name} {g.sentence}" for g in RT_POLICIES.values())
+                        + ". The stateful path decides every transaction exactly once either way.")
     p.add_argument("--standby", action="store_true",
                    help="start as a warm standby: session up, waiting for the job's lease")
     p.add_argument("--checkpoint", type=Path, default=s.checkpoint_root / JOB,
@@ -115,8 +116,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
         p.error(f"--threshold must be in (0, 1], not {a.threshold}")
     if a.mode not in ("microbatch", "realtime"):
         p.error(f"FRAUD_MODE must be microbatch or realtime, not {a.mode!r}")
-    if a.guarantee not in REALTIME_GUARANTEES:
-        p.error(f"FRAUD_RT_GUARANTEE must be one of {', '.join(REALTIME_GUARANTEES)}, not {a.guarantee!r}")
+    if a.guarantee not in RT_POLICIES:
+        p.error(f"FRAUD_RT_GUARANTEE must be one of {', '.join(RT_POLICIES)}, not {a.guarantee!r}")
     if s.fraud_processor not in STATE_LAYOUTS:
         p.error(f"FRAUD_PROCESSOR must be one of {', '.join(STATE_LAYOUTS)}, not {s.fraud_processor!r}")
     if a.available_now and a.mode == "realtime":
@@ -124,7 +125,7 @@ def parse_args(argv: list[str], s: Settings) -> Options:
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
                    a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
                    a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.realtime_batch_seconds,
-                   a.markers_topic, a.realtime_topic, a.guarantee, a.standby, a.labels_topic,
+                   a.markers_topic, a.realtime_topic, rt_policy(a.guarantee), a.standby, a.labels_topic,
                    a.features_topic)
 
 
@@ -483,7 +484,7 @@ def realtime_starter(spark, db, o: Options, s: Settings, epoch: int):
                  f"; its profiles miss what came before the fold on partitions {sorted(plan.holes)}"
                  if plan.holes else "")
         # the Fraud page says what this start did: it reads the guarantee from here
-        db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": o.guarantee,
+        db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": o.guarantee.name,
                                     "resumed": int(resumed), "epoch": epoch, "pid": os.getpid()})
         return query
 

@@ -26,7 +26,8 @@ whose features the path cannot serve (card windows shorter than the model needs,
 published yet or published too long before) is decided by the rules, its decision saying why
 (`model_why`); every decision carries the version that made it (docs/fraud.md).
 
-At-least-once reads back to its own last committed offsets (or the snapshot's, if earlier) and
+The path's guarantee is a policy (`pipelines.guarantees.RealtimeGuarantee`) that `start` asks:
+at-least-once reads back to its own last committed offsets (or the snapshot's, if earlier) and
 sends those decisions again; at-most-once folds the records since the snapshot into the profiles
 but sends a decision only for transactions that reach Kafka after the start.
 """
@@ -82,8 +83,8 @@ def decisions(valid, seed_path: str, emit_from_ms: int | None, threshold: float,
               serving_path: str = ""):
     """Valid transactions (with their Kafka `partition`, `offset`, `kafka_ts`) -> decision columns.
 
-    `emit_from_ms`: decide only the transactions appended from then on (at-most-once); the earlier
-    ones are still folded into the profiles."""
+    `emit_from_ms`: decide only the transactions appended from then on (the guarantee's
+    `sends_from`: at-most-once's start); the earlier ones are still folded into the profiles."""
     from pyspark.sql import functions as F
 
     from pipelines.fraud.aggregator import aggregate_columns
@@ -185,7 +186,7 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
         snapshot = seed.read_snapshot(db, sink, topic, started_at, s.state_ttl_minutes * 60_000)
     finally:
         db.conn.close()
-    resume = checkpoints.position(folder).committed_offsets.get(topic) if o.guarantee == "at-least-once" else None
+    resume = o.guarantee.resume_from(checkpoints.position(folder).committed_offsets.get(topic))
     plan = seed.plan(snapshot, earliest, latest, o.starting_offsets, resume, s.realtime_max_replay, started_at)
     if snapshot.as_of is None and plan.holes:
         # a hole without a cut: the profiles miss everything from the first record they skip
@@ -204,7 +205,7 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
     finally:
         db.conn.close()
     _FOLLOWING["checkpoint"] = o.checkpoint
-    emit_from = started_at if o.guarantee == "at-most-once" else None
+    emit_from = o.guarantee.sends_from(started_at)
     query = (build(spark, o, s, plan.starts, str(path), emit_from).writeStream.queryName(QUERY).format("kafka")
              .options(**kafka_client.spark_options(s))
              .option("kafka.linger.ms", "0")

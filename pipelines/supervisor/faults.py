@@ -15,6 +15,7 @@ from pathlib import Path
 from controlplane import commands, faults, fencing
 from controlplane.clock import now_ms
 from infra import broker, cluster, daemons
+from pipelines.guarantees import RealtimeGuarantee, rt_policy
 from pipelines.supervisor.processes import last_error
 
 ZOMBIE_TIMEOUT_S = 120.0
@@ -38,12 +39,14 @@ def argv_mode(argv: list[str], s) -> str:
     return _flag(argv, "--mode") or s.fraud_mode
 
 
-def argv_guarantee(argv: list[str], s) -> str:
-    return _flag(argv, "--guarantee") or s.fraud_rt_guarantee
+def argv_guarantee(argv: list[str], s) -> RealtimeGuarantee:
+    """The real-time guarantee the fraud job's argv (or FRAUD_RT_GUARANTEE) gives it, resolved:
+    ValueError for a name that is none."""
+    return rt_policy(_flag(argv, "--guarantee") or s.fraud_rt_guarantee)
 
 
-def with_guarantee(argv: list[str], guarantee: str) -> list[str]:
-    """argv with its --guarantee (any form) replaced by this one."""
+def with_guarantee(argv: list[str], guarantee: RealtimeGuarantee) -> list[str]:
+    """argv with its --guarantee (any form) replaced by this one's name: the job resolves it again."""
     out, skip = [], False
     for a in argv:
         if skip:
@@ -55,7 +58,7 @@ def with_guarantee(argv: list[str], guarantee: str) -> list[str]:
         if a.startswith("--guarantee="):
             continue
         out.append(a)
-    return out + ["--guarantee", guarantee]
+    return out + ["--guarantee", guarantee.name]
 
 
 @dataclass
@@ -171,7 +174,7 @@ class FaultExecutor:
         standby's) carry it from now on; the standby, started with the old one, is killed (it holds
         no lease and writes nothing) so it cannot take over; the active stops between batches and
         is restarted by `reap` with the new arguments."""
-        guarantee = cmd.param("guarantee")
+        guarantee = rt_policy(cmd.param("guarantee"))
         child = self._target(cmd)
         if argv_mode(child.argv, self.s) != "realtime":
             raise ValueError("the fraud job runs in micro-batch mode, which has no real-time path; run it in "

@@ -3,10 +3,12 @@ real-time guarantee: plain functions on hand-made stamps, each case what a real 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from controlplane import faults
 from infra.config import load
 from pipelines.audit.paths import AFTER_RECOVERY_MS, Stamps, buckets, episode, first
+from pipelines.guarantees import RT_POLICIES
 from pipelines.supervisor.faults import argv_guarantee, argv_mode, with_guarantee
 
 T0 = 1_800_000_000_000
@@ -130,12 +132,15 @@ def test_fast_alerts_confirmed_by_the_stateful_path_only_once_it_has_decided_the
 def test_the_supervisor_puts_the_guarantee_in_the_fraud_job_s_arguments():
     s = load({})
     argv = ["python", "-m", "pipelines.fraud", "--mode", "realtime", "--guarantee=at-least-once"]
-    assert argv_mode(argv, s) == "realtime" and argv_guarantee(argv, s) == "at-least-once"
-    changed = with_guarantee(argv, "at-most-once")
+    assert argv_mode(argv, s) == "realtime" and argv_guarantee(argv, s) is RT_POLICIES["at-least-once"]
+    changed = with_guarantee(argv, RT_POLICIES["at-most-once"])
     assert changed == ["python", "-m", "pipelines.fraud", "--mode", "realtime", "--guarantee", "at-most-once"]
-    assert with_guarantee(changed, "at-least-once")[-2:] == ["--guarantee", "at-least-once"]
-    assert argv_mode(["python"], s) == "microbatch" and argv_guarantee(["python"], s) == "at-least-once"
+    assert with_guarantee(changed, RT_POLICIES["at-least-once"])[-2:] == ["--guarantee", "at-least-once"]
+    assert argv_mode(["python"], s) == "microbatch" and argv_guarantee(["python"], s).name == "at-least-once"
     assert argv_mode(["python"], load({"FRAUD_MODE": "realtime"})) == "realtime"
+    # resolved where the supervisor reads it: a name that is no real-time guarantee is refused there
+    with pytest.raises(ValueError, match="no real-time guarantee 'exactly-once'"):
+        argv_guarantee(["python", "--guarantee", "exactly-once"], s)
 
 
 def test_the_guarantee_control_is_the_supervisor_s_and_checked_when_issued():

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from controlplane import fencing, ledger
-from infra.contracts import GUARANTEES
+from infra.config import load
+from infra.contracts import GUARANTEES, RT_GUARANTEES
 from pipelines import guarantees as g
+from pipelines.fraud import seed
 from pipelines.guarantees import SinkDown, SinkGate
 
 AMO, ALO, EO = (g.policy(name) for name in GUARANTEES)
@@ -188,3 +190,46 @@ def test_other_errors_are_not_retried():
     with pytest.raises(ValueError):
         g.retry_until_written(write, sleep=lambda _: None)
     assert len(calls) == 1
+
+
+# --- the fraud job's real-time path -------------------------------------------------------------
+
+RT_AMO, RT_ALO = (g.rt_policy(name) for name in RT_GUARANTEES)
+NOW = 1_800_000_000_000
+COMMITTED = {0: 80, 1: 35}                                  # the path's own last committed offsets
+SNAPSHOT = seed.Snapshot(as_of=NOW - 5_000, ends={0: 90, 1: 30})  # the seed's cut
+
+
+def restart_plan(policy):
+    return seed.plan(SNAPSHOT, {0: 0, 1: 0}, {0: 100, 1: 40}, "latest", policy.resume_from(COMMITTED),
+                     1_000, NOW)
+
+
+def test_one_real_time_policy_per_real_time_guarantee_and_no_exactly_once():
+    assert [p.name for p in (RT_AMO, RT_ALO)] == list(RT_GUARANTEES) == ["at-most-once", "at-least-once"]
+    assert (RT_AMO.resends, RT_ALO.resends) == (False, True)
+    assert f"{RT_ALO}" == "at-least-once"  # logs and the store name it
+    with pytest.raises(ValueError, match="no real-time guarantee 'exactly-once'.*at-most-once, at-least-once"):
+        g.rt_policy("exactly-once")
+
+
+def test_at_least_once_restarts_back_at_its_own_commit_and_sends_all_it_reads():
+    plan = restart_plan(RT_ALO)
+    assert plan.starts == {0: 80, 1: 30}   # partition 0 back to its commit; 1's seed cut is earlier still
+    assert plan.folds == {0: 90, 1: 30}    # the profiles fold from the seed either way
+    assert RT_ALO.sends_from(NOW) is None
+
+
+def test_at_most_once_restarts_at_the_seed_and_sends_only_what_came_after_its_start():
+    plan = restart_plan(RT_AMO)
+    assert plan.starts == plan.folds == {0: 90, 1: 30}
+    assert RT_AMO.sends_from(NOW) == NOW
+
+
+def test_the_fraud_job_resolves_its_real_time_guarantee_once_from_its_arguments():
+    from pipelines.fraud.job import parse_args
+
+    assert parse_args(["--guarantee", "at-most-once"], load({})).guarantee is RT_AMO
+    assert parse_args([], load({"FRAUD_RT_GUARANTEE": "at-least-once"})).guarantee is RT_ALO
+    with pytest.raises(SystemExit):
+        parse_args([], load({"FRAUD_RT_GUARANTEE": "exactly-once"}))
