@@ -64,14 +64,17 @@ def versions(db, limit: int = 20) -> pd.DataFrame:
 
 def candidates(models: pd.DataFrame) -> pd.DataFrame:
     """Every candidate kind each version's training tried on its validation period, long: version,
-    name, kind, chosen (the kind it refitted), metric, label, value (None where undefined)."""
+    name, kind (with its training window's length when it tried several), chosen (the candidate it
+    refitted), metric, label, value (None where undefined)."""
     rows = []
     for m in models.itertuples():
+        window = (m.params or {}).get("window_days") if isinstance(m.params, dict) else None
         for c in m.candidates:
+            kind = c.get("kind") + (f", {c['window_days']} days" if c.get("window_days") else "")
+            chosen = c.get("kind") == m.kind and c.get("window_days") in (None, window)
             for key, label in METRICS.items():
-                rows.append({"version": m.version, "name": m.name, "kind": c.get("kind"),
-                             "chosen": c.get("kind") == m.kind, "metric": key, "label": label,
-                             "value": c.get(key)})
+                rows.append({"version": m.version, "name": m.name, "kind": kind,
+                             "chosen": chosen, "metric": key, "label": label, "value": c.get(key)})
     out = pd.DataFrame(rows, columns=["version", "name", "kind", "chosen", "metric", "label", "value"])
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
     return out
