@@ -285,25 +285,49 @@ def follow_switch(db, job: str, version: int) -> None:
         publish_model(db, _FOLLOWING["checkpoint"], job, version)
 
 
+EVER = -(2 ** 63)  # "complete from the topic's start"
+
+
+def empty_terminal(name: str) -> float:
+    """A terminal feature's value for a terminal with no payment in its windows (History.java's)."""
+    from pipelines.fraud.features import NO_FRAUD_DAYS
+
+    return NO_FRAUD_DAYS if name == "t_days_since_fraud" else 0.0
+
+
 class TerminalTable:
     """The terminal features the stateful companion computed, per terminal for its newest decided
     payment (with that payment's event time), published for the real-time path after each applied
     batch as a file LiveModel.java reloads. Terminal windows end the feedback delay before the
     payment, so a window of a payment minutes earlier differs only by the payments and labels at
-    its two edges (docs/fraud.md)."""
+    its two edges (docs/fraud.md).
 
-    def __init__(self, path):
+    The table also says since when it holds every terminal the companion decided (`complete_from`:
+    EVER when the companion started on the topic's start with it) and up to which event time the
+    companion has decided (`decided_to`): a terminal absent from a complete table had no payment in
+    any window ending `delay_ms` before a payment up to `decided_to` + delay, so its features are
+    exactly the empty ones (written in the file) rather than unknown."""
+
+    def __init__(self, path, delay_ms: int, complete_from: int | None = None):
         from pathlib import Path
 
-        self.path = Path(path)
+        self.path, self.delay_ms = Path(path), int(delay_ms)
         self.names: tuple[str, ...] = ()
         self.rows: dict[str, tuple] = {}
+        self.complete_from, self.decided_to = complete_from, None
         lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
         if lines and lines[-1] == "end" and lines[0].startswith("names\t"):
             self.names = tuple(lines[0].split("\t")[1:])
+            self.complete_from = None  # unless the file says since when it is complete
             for line in lines[1:-1]:
-                _, merchant, t, *values = line.split("\t")
-                self.rows[merchant] = (int(t), *[float(v) if v else None for v in values])
+                kind, *rest = line.split("\t")
+                if kind == "terminal":
+                    merchant, t, *values = rest
+                    self.rows[merchant] = (int(t), *[float(v) if v else None for v in values])
+                elif kind == "complete_from":
+                    self.complete_from = int(rest[0])
+                elif kind == "decided_to":
+                    self.decided_to = int(rest[0])
 
     def update(self, table) -> None:
         """Fold an applied decisions batch (Arrow) in and rewrite the file."""
@@ -316,11 +340,18 @@ class TerminalTable:
         for merchant, t, *values in zip(*columns):
             if merchant is None or t is None:
                 continue
+            if self.complete_from is None:
+                self.complete_from = t  # a table begun mid-stream is complete from its first payment on
+            self.decided_to = t if self.decided_to is None else max(self.decided_to, t)
             old = self.rows.get(merchant)
             if old is None or t >= old[0]:
                 self.rows[merchant] = (t, *values)
         _replace_whole(self.path, "".join([
             "names\t" + "\t".join(self.names) + "\n",
+            f"complete_from\t{self.complete_from}\n" if self.complete_from is not None else "",
+            f"decided_to\t{self.decided_to}\n" if self.decided_to is not None else "",
+            f"delay_ms\t{self.delay_ms}\n",
+            "empty\t" + "\t".join(repr(empty_terminal(n)) for n in self.names) + "\n",
             *(f"terminal\t{m}\t{r[0]}\t" + "\t".join("" if v is None else repr(float(v)) for v in r[1:]) + "\n"
               for m, r in self.rows.items()),
             "end\n"]))

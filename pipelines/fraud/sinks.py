@@ -35,7 +35,7 @@ from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
 from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
 from pipelines.fraud.features import FEATURE_LOG_FIELDS
-from pipelines.fraud.realtime import TERMINALS_FILE, TerminalTable
+from pipelines.fraud.realtime import EVER, TERMINALS_FILE, TerminalTable
 from pipelines.hooks import Faults
 
 JOB = "fraud"
@@ -411,7 +411,12 @@ class Sinks:
         self.o, self.s, self.epoch = o, s, epoch
         self.write_profiles = o.mode == "realtime"  # the real-time path reads the profiles we keep
         # ... and the terminal features of our decisions (the real-time model's, pipelines/fraud/realtime.py)
-        self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE) if o.mode == "realtime" else None
+        self.terminals = None
+        if o.mode == "realtime":
+            # a companion starting on the topic's start holds every terminal it will ever have decided
+            fresh = not checkpoints.query_id(o.checkpoint / "decisions") and o.starting_offsets == "earliest"
+            self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE, s.label_delay_days * 86_400_000,
+                                           EVER if fresh else None)
         self.db = connect(o.store_path, synchronous="FULL")  # durable before Spark commits (docs/recovery.md)
         self.dlq_db = connect(o.store_path, synchronous="FULL")  # the dead-letter query runs on its own thread
         self.faults = faults

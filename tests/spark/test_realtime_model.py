@@ -88,13 +88,14 @@ def seed_path(tmp_path, snapshot=None, folds=None):
                           seed.seed_lines(scope, snapshot or seed.Snapshot(), plan, DEFAULT_LIMITS, 86_400_000, 1)))
 
 
-def publish(tmp_path, version, fitted, terminals: dict, max_gap_ms: int = realtime.TERMINAL_MAX_GAP_MS) -> str:
+def publish(tmp_path, version, fitted, terminals: dict, max_gap_ms: int = realtime.TERMINAL_MAX_GAP_MS,
+            complete_from=None) -> str:
     """The model's export, the terminal table the companion would publish and the serving file."""
     folder = tmp_path / f"v{version}"
     explain = models.linear_explain(fitted, training_frame(500, 9), FEATURES) if version == 1 else None
     fitted.write().overwrite().save(str(folder))
     models.write_export(fitted, FEATURES, folder, explain)
-    table = realtime.TerminalTable(tmp_path / realtime.TERMINALS_FILE)
+    table = realtime.TerminalTable(tmp_path / realtime.TERMINALS_FILE, 7 * DAY, complete_from)
     names = list(TERMINAL_FEATURES)
     table.update(pa.table({"merchant_id": list(terminals), "event_time": [v[0] for v in terminals.values()],
                            **{n: [v[1][k] for v in terminals.values()] for k, n in enumerate(names)}}))
@@ -122,9 +123,12 @@ def test_the_real_time_path_scores_as_mllib_on_the_same_features(spark, tmp_path
     rows = payments()
     last = rows[-1][6]
     rng = np.random.default_rng(5)
-    terminals = {f"term-{k}": (last, [float(v) for v in rng.random(len(TERMINAL_FEATURES))]) for k in range(3)}
-    # every payment served from the table (its gap rule: the other test)
-    got = decide(spark, rows, seed_path(tmp_path), publish(tmp_path, version, fitted, terminals, 100 * DAY))
+    terminals = {f"term-{k}": (last, [float(v) for v in rng.random(len(TERMINAL_FEATURES))]) for k in range(2)}
+    # every payment served from the table (its gap rule: the other test); term-2 is absent from a
+    # table complete since the topic's start: it had no payment, its features are the empty ones
+    empty = [realtime.empty_terminal(n) for n in TERMINAL_FEATURES]
+    got = decide(spark, rows, seed_path(tmp_path),
+                 publish(tmp_path, version, fitted, terminals, 100 * DAY, realtime.EVER))
     assert list(got["model_version"]) == [version] * len(rows) and got["model_why"].isna().all()
     # the expected features: the same definitions, computed here
     frame = card_windows(rows)
@@ -133,7 +137,7 @@ def test_the_real_time_path_scores_as_mllib_on_the_same_features(spark, tmp_path
     frame["is_weekend"] = ts.dayofweek.isin([5, 6]).astype(float)
     frame["is_night"] = (ts.hour <= 6).astype(float)
     for k, n in enumerate(TERMINAL_FEATURES):
-        frame[n] = [terminals[r[2]][1][k] for r in rows]
+        frame[n] = [terminals[r[2]][1][k] if r[2] in terminals else empty[k] for r in rows]
     for n in ("score_avg_ticket", "score_proximity", "score_velocity"):
         frame[n] = got[n].to_numpy()  # the live analyzers (tests/spark/test_fraud_sql.py checks them)
     want = train.score(spark, fitted, frame, FEATURES)

@@ -56,7 +56,14 @@ public final class LiveModel {
         static final Terminals EMPTY = new Terminals();
         final Map<String, Integer> columns = new HashMap<>();
         final Map<String, double[]> rows = new HashMap<>();   // merchant -> values..., event time last
+        // every terminal the companion decided from then on is in the table (MAX: not known), and it
+        // has decided up to decidedTo: an absent terminal had no payment in windows before that
+        long completeFrom = Long.MAX_VALUE, decidedTo = Long.MIN_VALUE, delayMs;
+        double[] empty;   // a terminal's features with no payment in its windows (+ a time slot)
     }
+
+    /** How far back a terminal feature can look: the days since its last fraud are capped at 90. */
+    static final long TERMINAL_SPAN_MS = (long) Math.max(History.LONGEST, History.NO_FRAUD_DAYS) * DAY_MS;
 
     private static final Map<String, Serving> SERVING = new ConcurrentHashMap<>();
     private static volatile Thread watcher;
@@ -99,10 +106,14 @@ public final class LiveModel {
                 default: {
                     if (terminal == null) {
                         terminal = terms.rows.get(merchantId);
-                        if (terminal == null) {
+                        long windowEnd = eventTime - terms.delayMs;
+                        if (terminal == null && terms.empty != null && terms.decidedTo >= windowEnd
+                                && terms.completeFrom <= windowEnd - TERMINAL_SPAN_MS) {
+                            terminal = terms.empty;   // no payment there in any of its windows: exactly empty
+                        } else if (terminal == null) {
                             return rules(d, s, "terminal " + merchantId + " has no features from the stateful path yet");
                         }
-                        long gap = Math.abs(eventTime - (long) terminal[terminal.length - 1]);
+                        long gap = terminal == terms.empty ? 0 : Math.abs(eventTime - (long) terminal[terminal.length - 1]);
                         if (gap > s.maxGapMs) {
                             return rules(d, s, "terminal " + merchantId + "'s features are of a payment "
                                 + gap / 60_000 + " min away from this one (the real-time path uses them up to "
@@ -285,6 +296,15 @@ public final class LiveModel {
                     width = f.length - 1;
                 } else if (f[0].equals("end")) {
                     ended = true;
+                } else if (f[0].equals("complete_from")) {
+                    t.completeFrom = Long.parseLong(f[1]);
+                } else if (f[0].equals("decided_to")) {
+                    t.decidedTo = Long.parseLong(f[1]);
+                } else if (f[0].equals("delay_ms")) {
+                    t.delayMs = Long.parseLong(f[1]);
+                } else if (f[0].equals("empty")) {
+                    t.empty = new double[width + 1];
+                    for (int i = 0; i < width; i++) t.empty[i] = Double.parseDouble(f[1 + i]);
                 } else if (f[0].equals("terminal")) {
                     double[] v = new double[width + 1];
                     for (int i = 0; i < width; i++) v[i] = f[3 + i].isEmpty() ? Double.NaN : Double.parseDouble(f[3 + i]);
