@@ -133,8 +133,9 @@ def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int
     decisions without one (a transaction off its card's key partition), and `split_ms`, where a decision's time goes, p50 / p99: `read_and_score` =
     decided_at (the JVM's clock in the scoring projection) - the transaction's append time; `write`
     = the decision's append time - decided_at. One machine, so the two clocks are one."""
-    ages, read, write, unknown = [], [], [], 0
+    ages, read, write, versions, unknown = [], [], [], {}, 0
     for d, appended_at in first_measured(records, tx_appended, expected, since_ms):
+        versions[str(d.get("model_version"))] = versions.get(str(d.get("model_version")), 0) + 1
         if isinstance(d.get("profile_age_ms"), int):
             ages.append(d["profile_age_ms"])
         else:
@@ -145,7 +146,7 @@ def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int
     ages.sort()
     read.sort()
     write.sort()
-    return {"profile_age_p99_ms": percentile(ages, 99), "profile_age_unknown": unknown,
+    return {"profile_age_p99_ms": percentile(ages, 99), "profile_age_unknown": unknown, "decided_by_model": versions,
             "split_ms": {"read_and_score_p50": percentile(read, 50), "read_and_score_p99": percentile(read, 99),
                          "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}}
 
@@ -283,6 +284,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "so this only changes how many requests the broker serves)")
     p.add_argument("--keep", action="store_true",
                    help="keep the run's folder (the job's log, store and checkpoint) to look into")
+    p.add_argument("--model", default=None, metavar="STORE[:VERSION]",
+                   help="serve this trained version (a store's `models` row and its folder, exported for the "
+                        "JVM: python -m pipelines.fraud.models export): registered in the run's store, so the "
+                        "job decides with it from its start")
     p.add_argument("--json", action="store_true", help="(the result is always printed as JSON)")
     args = p.parse_args(argv)
     if args.rate <= 0 or args.seconds <= 0 or args.warmup < 0:
@@ -321,6 +326,31 @@ class Run:
         return self.work / "job.log"
 
 
+def install_model(spec: str, store: Path) -> dict:
+    """Register the version `spec` names (STORE[:VERSION], default the newest) in `store`: the job
+    loads the newest version at its start. Its {version, kind} there."""
+    from pipelines.fraud import models
+
+    source, _, version = spec.partition(":")
+    src = connect(Path(source))
+    try:
+        row = models.newest(src) if not version else next(
+            iter(src.query("SELECT * FROM models WHERE version = ?", [int(version)])), None)
+    finally:
+        src.conn.close()
+    if row is None:
+        raise SystemExit(f"bench latency: no model {version or ''} in {source}")
+    if not (Path(row["path"]) / models.MODEL_JSON).exists():
+        raise SystemExit(f"bench latency: model {row['version']} of {source} has no {models.MODEL_JSON}; run "
+                         f"`python -m pipelines.fraud.models export --store {source} --version {row['version']}`")
+    db = connect(store)
+    try:
+        return {"version": models.register(db, {k: v for k, v in dict(row).items() if k != "version"}),
+                "kind": row["kind"]}
+    finally:
+        db.conn.close()
+
+
 def start_job(args, run: Run, env: dict) -> subprocess.Popen:
     """`python -m pipelines.fraud --mode M` on the run's topics, checkpoint and store, once it says
     it runs (its log's "mode, epoch" line)."""
@@ -331,7 +361,7 @@ def start_job(args, run: Run, env: dict) -> subprocess.Popen:
          "--store", str(run.work / "store.db"), "--trigger-seconds", str(args.trigger_seconds),
          "--starting-offsets", "earliest"],
         cwd=ROOT, env=env, stdout=open(run.log_path, "w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 420  # a session's start takes minutes on a loaded two-core machine
     while "mode, epoch" not in run.log_path.read_text():
         if job.poll() is not None or time.monotonic() > deadline:
             _stop(job)
@@ -429,12 +459,14 @@ def main(argv: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     job, clean = None, False
     try:
+        model = install_model(args.model, run.work / "store.db") if args.model else {"version": 0, "kind": "rules"}
         job = start_job(args, run, env)
         prime(s, run.tx, run.out, time.monotonic() + 300)
         log(f"job up ({args.mode}); feeding {args.rate:g} tx/s for {args.warmup:g} s warm-up + "
             f"{args.seconds:g} s measured")
         totals, started, ended = feed(args, run, env)
         result, figures = measure(s, args, run, totals, started, ended)
+        result["model"] = model
         why = failure(args, run, result, figures)
         clean = why is None and not args.keep  # removed once the job has stopped (it writes until then)
         if why is None and args.keep:
