@@ -270,3 +270,47 @@ def test_a_repeated_txn_id_keeps_its_first_decision_in_the_store_and_is_counted(
     assert [r["kind"] for r in kept] == ["repeated", "repeated"] and sum(r["count"] for r in kept) == 2, kept
     assert [json.loads(r["detail"]) for r in kept] == [[first[0]["txn_id"]], [first[1]["txn_id"]]]
     assert len(on_kafka) - job.count() == sum(r["count"] for r in kept)   # every decision accounted for
+
+
+def test_a_restart_after_the_ledger_is_pruned_still_writes_each_batch_once(kafka, topic, tmp_path):
+    """Issue 36 item 13: the housekeeping prunes the sink ledger down to what Spark's logs still
+    hold (MIN_BATCHES_TO_RETAIN 2 here); a crash after the sink and a restart after that still skip
+    the replayed batch and write every decision once, in the store and on Kafka."""
+    from controlplane.clock import now_ms
+    from infra.config import load
+    from pipelines.supervisor import housekeeping
+
+    job = Job(tmp_path, topic)
+    job.env["MIN_BATCHES_TO_RETAIN"] = "2"
+    t0 = int(time.time() * 1000) - HOUR
+    first = [txn(f"r-{i}", f"card-{i % 40}", t0 + i * 1_000) for i in range(240)]
+    produce(kafka, job.tx, first)
+    job.run_available_now("--max-offsets-per-trigger", "30")
+    db = store.connect(job.store_path)
+    ids = lambda: [r["batch_id"] for r in job.rows(  # noqa: E731
+        "SELECT batch_id FROM sink_batches WHERE sink = 'fraud' AND outcome = 'applied' ORDER BY batch_id")]
+    before = ids()
+    assert len(before) >= 8, before
+    s = load({**job.env, "MIN_BATCHES_TO_RETAIN": "2", "AUDIT_HORIZON_MINUTES": "1"})
+    # a pass two minutes later, when these rows are past the audit's horizon
+    assert housekeeping.prune_ledger(db, s, now_ms() + 2 * MINUTE) > 0
+    assert ids() == [b for b in before if b >= before[-1] - 2]
+
+    later = [txn(f"s-{i}", f"card-{i % 40}", t0 + 300_000 + i * 1_000) for i in range(240)]
+    produce(kafka, job.tx, later)
+    command = commands.issue(db, "crash-after-sink", "fraud")
+    proc = job.start("--max-offsets-per-trigger", "30")
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == -signal.SIGKILL, out[-2000:]
+    assert "before Spark's commit" in commands.get(db, command)["result"]
+    housekeeping.prune_ledger(db, s, now_ms() + 2 * MINUTE)
+    job.run_available_now("--max-offsets-per-trigger", "30")
+
+    skipped = job.rows("SELECT batch_id FROM sink_batches WHERE sink = 'fraud' AND outcome = 'skipped'")
+    assert len(skipped) == 1, skipped   # the crashed batch's replay, recognised after the pruning
+    want = sorted(t["txn_id"] for t in first + later)
+    assert sorted(r["txn_id"] for r in job.rows()) == want
+    assert sorted(d["txn_id"] for d in consume(kafka, job.dec)) == want  # exactly once on Kafka
+    applied = ids()
+    assert applied == sorted(set(applied)) and applied[0] >= before[-1] - 2  # each once; the pruned stay gone
+    db.conn.close()
