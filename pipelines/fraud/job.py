@@ -38,7 +38,7 @@ from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import get_spark, record_ui, warm_up
 from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
-from pipelines.fraud import models
+from pipelines.fraud import models, realtime
 from pipelines.fraud.features import labels_frame, with_history
 from pipelines.fraud.processor import make_processor
 from pipelines.fraud.quarantine import Quarantine
@@ -281,6 +281,7 @@ class ModelSwitch:
                          (JOB, self.model.version, self.model.why, int(time.time() * 1000), self.epoch))
         log.info("deciding with model %s%s", self.model.version,
                  " (the rules)" if self.model.version == models.RULES else "")
+        realtime.follow_switch(self.db, JOB, self.model.version)  # the real-time path, when it runs
 
     def switch_if_asked(self, runner, faults) -> None:
         from controlplane import commands
@@ -475,8 +476,6 @@ def companion_options(o: Options, s: Settings) -> Options:
 
 def realtime_starter(spark, db, o: Options, s: Settings, epoch: int):
     """start(restart) for the real-time query; each start is recorded in `fraud_rt_runs`."""
-    from pipelines.fraud import realtime
-
     def start_realtime(restart=False):
         started_at = int(time.time() * 1000)  # before the query: its first decision comes after
         query, plan, resumed = realtime.start(spark, o, s, started_at, JOB)
