@@ -193,6 +193,19 @@ class TransactionExpired(RuntimeError):
     and Spark replays it; nothing of the ended transaction is readable."""
 
 
+def fence_answer(exc: BaseException):
+    """The broker's ProducerFenced / InvalidProducerEpoch answer behind `exc`, or None. kafka-python
+    raises it as is, or, for a send made after its sender thread already got it (the batch's first
+    send adds a partition, the broker fences that request, the next send finds the error), wrapped
+    in a KafkaError that carries it as its last argument."""
+    from kafka.errors import InvalidProducerEpochError, ProducerFencedError
+
+    fences = (ProducerFencedError, InvalidProducerEpochError)
+    if isinstance(exc, fences):
+        return exc
+    return next((a for a in getattr(exc, "args", ()) if isinstance(a, fences)), None)
+
+
 class TransactionalTopic:
     """Writes each batch's records to a topic exactly once, in one Kafka transaction with a marker.
 
@@ -299,8 +312,6 @@ class TransactionalTopic:
         so (`owner`); otherwise the broker ended our transaction on its timeout (a long outage
         bumps the producer epoch) and the batch is sent again, once, by a new producer, which
         first reads the markers (the batch is skipped if it did commit)."""
-        from kafka.errors import InvalidProducerEpochError, ProducerFencedError
-
         producer = self._ready()
         if self.last_committed is not None and batch_id <= self.last_committed:
             return False
@@ -316,7 +327,11 @@ class TransactionalTopic:
             for f in futures:
                 f.get(timeout=0)  # the send's own error, if it failed
             self._end(producer, True, wait_s)
-        except (ProducerFencedError, InvalidProducerEpochError) as exc:
+        except Exception as raised:
+            exc = fence_answer(raised)
+            if exc is None:
+                self._discard(abort=True)
+                raise
             self._discard()
             if not self._owns_job():
                 raise Fenced(f"{self.stream}: the broker fenced this producer: {exc}") from exc
@@ -329,9 +344,6 @@ class TransactionalTopic:
                         "owns the job: its transaction timed out (a broker outage), not a fence; sending the batch "
                         "again with a new producer", self.stream, batch_id, exc)
             return self.write(batch_id, records, extra, _expired=True)
-        except Exception:
-            self._discard(abort=True)
-            raise
         self.last_committed = batch_id
         return True
 
