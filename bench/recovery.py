@@ -49,16 +49,6 @@ def log(message: str) -> None:
     print(f"bench recovery: {message}", file=sys.stderr, flush=True)
 
 
-def wait_for(what: str, predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise SystemExit(f"bench recovery: timed out after {timeout:.0f} s waiting for {what}")
-
-
 def wait_until(predicate, timeout: float):
     """The first truthy predicate() within `timeout` seconds, else None."""
     deadline = time.monotonic() + timeout
@@ -68,6 +58,14 @@ def wait_until(predicate, timeout: float):
             return value
         time.sleep(0.5)
     return None
+
+
+def wait_for(what: str, predicate, timeout: float):
+    """wait_until, or the bench ends saying what it waited for."""
+    value = wait_until(predicate, timeout)
+    if not value:
+        raise SystemExit(f"bench recovery: timed out after {timeout:.0f} s waiting for {what}")
+    return value
 
 
 PHASES = ("to_lease_s", "to_batch_s", "batch_s")
