@@ -16,7 +16,10 @@ A transaction decided twice is counted (`duplicates`); on the exactly-once `deci
 that is a failure too. Last line: {"mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms",
 "max_ms", "undecided", "duplicates", "precision", "recall", "stages_ms" | "profile_age_p99_ms", ...}, `stages_ms` (micro-batch)
 the median of each part of a stateful batch (pipelines.engine.stages) over the measured batches,
-`profile_age_p99_ms` (real-time) the p99 of the decisions' `profile_age_ms`; precision and recall are of the
+`profile_age_p99_ms` (real-time) the p99 of the decisions' `profile_age_ms`, and who decided: `model_decisions`
+/ `rules_decisions`, `model_p99_ms` (the model's own decisions' p99) and `model_why` (the rules'
+decisions per reason; `--model` serves a trained version, and priming then waits for the stateful
+companion's terminal table, so the model can decide from the first measured payment); precision and recall are of the
 simulator's own traffic (a consistency check: its patterns are shaped for the analyzers; the
 honest measurement is `python -m bench quality`). Progress goes to stderr.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -125,6 +129,38 @@ def first_measured(records: list[tuple[dict, int]], tx_appended: dict[str, int],
         yield d, appended_at
 
 
+def why_kind(sentence: str) -> str:
+    """A `model_why` sentence with what varies per payment (a terminal's id, a date, a number)
+    replaced by "…", so the bench can count the reasons."""
+    sentence = re.sub(r"terminal \S+?('s)? ", lambda m: f"terminal …{m.group(1) or ''} ", sentence)
+    sentence = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "…", sentence)
+    return re.sub(r"\d+", "…", sentence).replace("(model …)", "(model 0)")
+
+
+def by_model(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
+             since_ms: int) -> dict:
+    """Who made the measured real-time decisions and how fast each was: `model_decisions` and
+    `rules_decisions` (model_version > 0 or 0), their latencies apart (`model_p50_ms`,
+    `model_p99_ms`, `rules_p99_ms`: append to append, as the overall figure) and `model_why`, the
+    rules' decisions per reason (its sentence with per-payment details as "…"; "no model in use"
+    when the rules decided without one, none given)."""
+    model, rules, why = [], [], {}
+    for d, appended_at in first_measured(records, tx_appended, expected, since_ms):
+        ms = appended_at - tx_appended[str(d["txn_id"])]
+        if (d.get("model_version") or 0) > 0:
+            model.append(ms)
+            continue
+        rules.append(ms)
+        kind = why_kind(d["model_why"]) if d.get("model_why") else "no model in use"
+        why[kind] = why.get(kind, 0) + 1
+    model.sort()
+    rules.sort()
+    return {"model_decisions": len(model), "rules_decisions": len(rules),
+            "model_p50_ms": percentile(model, 50), "model_p99_ms": percentile(model, 99),
+            "rules_p99_ms": percentile(rules, 99),
+            "model_why": dict(sorted(why.items(), key=lambda kv: -kv[1]))}
+
+
 def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],
                      since_ms: int) -> dict:
     """Over the measured transactions' first real-time decisions: `profile_age_p99_ms`, the p99 of
@@ -147,6 +183,7 @@ def realtime_figures(records: list[tuple[dict, int]], tx_appended: dict[str, int
     read.sort()
     write.sort()
     return {"profile_age_p99_ms": percentile(ages, 99), "profile_age_unknown": unknown, "decided_by_model": versions,
+            **by_model(records, tx_appended, expected, since_ms),
             "split_ms": {"read_and_score_p50": percentile(read, 50), "read_and_score_p99": percentile(read, 99),
                          "write_p50": percentile(write, 50), "write_p99": percentile(write, 99)}}
 
@@ -236,9 +273,10 @@ def record(s, result: dict) -> None:
         db.conn.close()
 
 
-def prime(s, tx: str, dec: str, deadline: float) -> None:
-    """Send a few transactions until one comes back decided: the job's first, slow batches
-    (Python workers, state store, real-time tasks) are then behind us."""
+def prime(s, tx: str, dec: str, deadline: float, ready=None) -> None:
+    """Send a few transactions until one comes back decided (and `ready`, a (test, what it waits
+    for), says yes): the job's first, slow batches (Python workers, state store, real-time tasks)
+    are then behind us."""
     producer = kafka_client.producer(s, acks="all")
     i = 0
     try:
@@ -250,10 +288,11 @@ def prime(s, tx: str, dec: str, deadline: float) -> None:
             producer.send(tx, key=txn["card_id"].encode(), value=json.dumps(txn).encode())
             producer.flush()
             i += 1
-            if read_topic(s, dec, 1_000):
+            if read_topic(s, dec, 1_000) and (ready is None or ready[0]()):
                 return
             time.sleep(1)
-        raise SystemExit("bench latency: the fraud job decided nothing within 5 minutes.")
+        raise SystemExit("bench latency: the fraud job decided nothing within the priming time." if ready is None
+                         else f"bench latency: within the priming time, the fraud job did not decide or {ready[1]}.")
     finally:
         producer.close()
 
@@ -349,6 +388,19 @@ def install_model(spec: str, store: Path) -> dict:
                 "kind": row["kind"]}
     finally:
         db.conn.close()
+
+
+def served(args, run: Run):
+    """With a model in real-time mode, what priming also waits for: the stateful companion's first
+    applied batch, after which it publishes the terminal table the model's terminal features come
+    from (pipelines.fraud.realtime.TerminalTable; the JVM reloads it within a second), so the
+    measured decisions are the model's, not the rules' for want of a table. None otherwise."""
+    from pipelines.fraud.realtime import TERMINALS_FILE
+
+    if not args.model or args.mode != "realtime":
+        return None
+    table = run.work / "checkpoint" / TERMINALS_FILE
+    return table.exists, f"its stateful companion did not publish its terminal table ({table})"
 
 
 def start_job(args, run: Run, env: dict) -> subprocess.Popen:
@@ -461,7 +513,7 @@ def main(argv: list[str]) -> dict:
     try:
         model = install_model(args.model, run.work / "store.db") if args.model else {"version": 0, "kind": "rules"}
         job = start_job(args, run, env)
-        prime(s, run.tx, run.out, time.monotonic() + 300)
+        prime(s, run.tx, run.out, time.monotonic() + 600, served(args, run))
         log(f"job up ({args.mode}); feeding {args.rate:g} tx/s for {args.warmup:g} s warm-up + "
             f"{args.seconds:g} s measured")
         totals, started, ended = feed(args, run, env)

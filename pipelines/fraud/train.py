@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -184,37 +185,45 @@ def train(spark, s: Settings, start: dt.date, end: dt.date, delay_days: int, as_
     progress(f"train: {len(logged):,} labelled decisions in the feature log (labels known by {as_of:%Y-%m-%d %H:%M} UTC)")
     features = models.MODEL_FEATURES
     chosen = select(spark, logged, start, end, delay_days, features, progress)
+    row = save(db, models.models_dir(s.store_path.parent), chosen, features, end, as_of)
+    progress(f"train: model {row['version']} ({row['kind']}, {row['params']}) fitted on {row['train_rows']:,} payments "
+             f"in {row['fit_s']:.1f} s, threshold {row['threshold']:.4f}; {time.monotonic() - t0:.1f} s in all")
+    return {**row, "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def save(db, folder: Path, chosen: dict, features, end: dt.date, as_of: dt.datetime) -> dict:
+    """Register `select`'s choice as the next version in `db` and save it under `folder`/vN:
+    the MLlib files and, beside them, model.json (what the JVM scores with: the real-time path's
+    ModelScore.java). Its `models` row."""
     best, tried, kind, params, pipeline, train_rows, fit_s = (chosen[k] for k in (
         "best", "tried", "kind", "params", "pipeline", "train_rows", "fit_s"))
-    start = chosen["protocol"].train.start
+    explain = (models.linear_explain(pipeline, train_rows, features) if kind == "logistic-regression"
+               else models.tree_explain(features))
     row = {"kind": kind, "params": json.dumps({**params, "window_days": best["window_days"]}), "features": json.dumps(list(features)),
-           "train_from": str(start), "train_to": str(end), "as_of": as_of.isoformat(),
+           "train_from": str(chosen["protocol"].train.start), "train_to": str(end), "as_of": as_of.isoformat(),
            "threshold": best["threshold"],
            "validation": json.dumps({**chosen["validation"].describe(),
-                                     "test_exclusions": f"as the {days}-day window's", **best}),
+                                     "test_exclusions": f"as the {chosen['days']}-day window's", **best}),
            "candidates": json.dumps(tried), "train_rows": int(len(train_rows)),
            "train_frauds": int(train_rows["label"].sum()), "fit_s": round(fit_s, 1),
-           "created_at": int(time.time() * 1000), "path": "",
-           "explain": json.dumps(models.linear_explain(pipeline, train_rows, features) if kind == "logistic-regression"
-                                 else models.tree_explain(features))}
+           "created_at": int(time.time() * 1000), "path": "", "explain": json.dumps(explain)}
     version = models.register(db, row)
-    path = models.models_dir(s.store_path.parent) / f"v{version}"
+    path = Path(folder) / f"v{version}"
     pipeline.write().overwrite().save(str(path))
-    # beside the MLlib files, what the JVM scores with (the real-time path: ModelScore.java)
-    models.write_export(pipeline, features, path, json.loads(row["explain"]) if row["explain"] else None)
+    models.write_export(pipeline, features, path, explain)
     with db.conn:
         db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
-    progress(f"train: model {version} ({kind}, {params}) fitted on {len(train_rows):,} payments in {fit_s:.1f} s, "
-             f"threshold {best['threshold']:.4f}; {time.monotonic() - t0:.1f} s in all")
-    return {**row, "version": version, "path": str(path), "wall_s": round(time.monotonic() - t0, 1)}
+    return {**row, "version": version, "path": str(path)}
 
 
-def offline(spark, path, protocol: handbook.Protocol) -> dict:
+def offline(spark, path, protocol: handbook.Protocol, store: Path | None = None) -> dict:
     """The learned model offline (`--offline`): the stream's features (equal to the job's:
     tests/spark/test_history_features.py) computed in pandas, the kind and window length chosen on
     validation by `select` as `train` does, the test period scored after the exclusions. The
     analyzers' scores are not computed here, so the model sees the amount and STREAM_FEATURES
-    only: a measure of the features on any week of a history, not of the job."""
+    only: a measure of the features on any week of a history, not of the job. `store`: register
+    the chosen model there too (`save`: a version the job, the real-time path included, can
+    serve; `bench latency --model STORE` does)."""
     from pipelines.fraud.features import STREAM_FEATURES
 
     started = time.monotonic()
@@ -231,6 +240,17 @@ def offline(spark, path, protocol: handbook.Protocol) -> dict:
                   features=list(features), protocol=protocol.describe(), validation=chosen["best"],
                   candidates=chosen["tried"], train=str(chosen["protocol"].train),
                   fit_s=round(chosen["fit_s"], 1), wall_s=round(time.monotonic() - started, 1))
+    if store is not None:
+        from controlplane.store import connect
+
+        db = connect(store)
+        try:
+            as_of = dt.datetime.combine(protocol.train.end + dt.timedelta(days=protocol.delay_days), dt.time())
+            row = save(db, models.models_dir(Path(store).parent), chosen, features,
+                       protocol.train.end - dt.timedelta(days=1), as_of)
+        finally:
+            db.conn.close()
+        result.update(store=str(store), version=row["version"], path=row["path"])
     return result
 
 
@@ -245,11 +265,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="register nothing: choose and fit on this history file's features computed offline "
                         "(handbook.with_features, the stream's), score the test period of the protocol the "
                         "window starts (the delay, then a week), print its figures as one JSON line")
+    p.add_argument("--store", type=Path, default=None,
+                   help="with --offline: register the chosen model in this store (a new one is made), its "
+                        "files in a models folder beside it, for `bench latency --model STORE`")
     p.add_argument("--features-topic", default=None)
     p.add_argument("--labels-topic", default=None)
     a = p.parse_args(argv)
     if a.end < a.start:
         p.error("--to is before --from")
+    if a.store is not None and not a.offline:
+        p.error("--store goes with --offline (train registers in STORE_PATH's store)")
     logs.setup()
     s = load()
     delay = s.label_delay_days if a.delay_days is None else a.delay_days
@@ -260,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = get_spark("cardstream-train", s)
     if a.offline:
         days = (a.end - a.start).days + 1
-        result = offline(spark, a.offline, handbook.Protocol(a.start, days, delay, min(days, 7)))
+        result = offline(spark, a.offline, handbook.Protocol(a.start, days, delay, min(days, 7)), a.store)
         print(json.dumps(result, default=str))
         return 0
     db = connect(s=s)

@@ -124,3 +124,21 @@ def test_realtime_figures_use_each_measured_transaction_s_first_decision():
     got = realtime_figures(records, appended, {"a", "b", "c", "warm"}, since_ms=500)
     assert got["profile_age_p99_ms"] == 30 and got["profile_age_unknown"] == 1
     assert got["split_ms"] == {"read_and_score_p50": 30, "read_and_score_p99": 30, "write_p50": 1, "write_p99": 2}
+
+
+def test_realtime_figures_say_who_decided_and_the_model_s_own_latency():
+    """Issue 35 item 3: the model's decisions and the rules' fallbacks counted apart, the model's
+    latency apart, the fallbacks per reason with the per-payment details folded."""
+    appended = {"a": 1_000, "b": 1_000, "c": 1_000, "d": 1_000, "e": 1_000}
+    no_table = "terminal {} has no features from the stateful path yet: decided with the rules (model 0)"
+    records = [({"txn_id": "a", "model_version": 2}, 1_005),
+               ({"txn_id": "b", "model_version": 2}, 1_009),
+               ({"txn_id": "c", "model_version": 0, "model_why": no_table.format("m-17")}, 1_300),
+               ({"txn_id": "d", "model_version": 0, "model_why": no_table.format("m-4")}, 1_200),
+               ({"txn_id": "e", "model_version": 0}, 1_100),
+               ({"txn_id": "a", "model_version": 0, "model_why": no_table.format("m-1")}, 1_900)]  # a resend
+    got = realtime_figures(records, appended, set(appended), since_ms=0)
+    assert (got["model_decisions"], got["rules_decisions"]) == (2, 3)
+    assert (got["model_p50_ms"], got["model_p99_ms"], got["rules_p99_ms"]) == (5, 9, 300)
+    assert got["model_why"] == {no_table.format("…"): 2, "no model in use": 1}
+    assert got["decided_by_model"] == {"2": 2, "0": 3}
