@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -45,6 +44,7 @@ from infra import broker, kafka_client
 from infra.config import ROOT, load
 from infra.topics import ensure_topics
 from pipelines.engine.stages import STAGES, batch_breakdowns
+from pipelines.fraud.realtime import why_kind
 
 LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
 LATENCY_COLUMNS = ("mode", "rate", "achieved_rate", "p50_ms", "p95_ms", "p99_ms", "max_ms", "measured",
@@ -127,14 +127,6 @@ def first_measured(records: list[tuple[dict, int]], tx_appended: dict[str, int],
             continue
         seen.add(t)
         yield d, appended_at
-
-
-def why_kind(sentence: str) -> str:
-    """A `model_why` sentence with what varies per payment (a terminal's id, a date, a number)
-    replaced by "…", so the bench can count the reasons."""
-    sentence = re.sub(r"terminal \S+?('s)? ", lambda m: f"terminal …{m.group(1) or ''} ", sentence)
-    sentence = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "…", sentence)
-    return re.sub(r"\d+", "…", sentence).replace("(model …)", "(model 0)")
 
 
 def by_model(records: list[tuple[dict, int]], tx_appended: dict[str, int], expected: set[str],

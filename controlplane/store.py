@@ -134,9 +134,10 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
     "windows": ({"kind": str, "key": str, "window_start": int, "window_end": int, "processed": int,
                  "fraud": int, "updated_at": int}, ("kind", "key", "window_start")),
     "late_events": ({"kind": str, "window_start": int, "count": int}, ("kind", "window_start")),
-    # the fraud job's latest profile per card (its stateful path writes it in real-time mode)
+    # the fraud job's latest profile per card (its stateful path writes it in real-time mode), and
+    # the card's event-time history ("times;amounts;over" of its last 60 days: the model's card windows)
     "card_profiles": ({"card_id": str, "count": int, "mean": float, "lat": float, "lon": float,
-                       "place_time": int, "times": str, "updated_at": int}, "card_id"),
+                       "place_time": int, "times": str, "updated_at": int, "history": str}, "card_id"),
     # what those profiles cover: the batch that last wrote them (its end offsets), in the same
     # transaction; a real-time start folds from there (pipelines/fraud/seed.py)
     "card_profile_cuts": ({"sink": str, "checkpoint_id": str, "batch_id": int, "end_offsets": str, "ts": int},

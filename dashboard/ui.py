@@ -66,7 +66,8 @@ def broker_badge() -> None:
     """The sidebar's Kafka badge, redrawn on its own every few seconds (a page's fragments rerun
     without the sidebar, so a badge drawn once at the page's load would stay as it was then): green
     when a broker answers, amber when one takes connections but does not answer within the probe's
-    timeout (busy or starting), red only when refused or unreachable, each said in words."""
+    timeout (busy or starting), red only when refused or unreachable or when the TLS handshake fails
+    (a setting to fix), each said in words."""
     @st.fragment(run_every=max(5.0, refresh_seconds()))
     def _badge():
         s = settings()
@@ -75,6 +76,8 @@ def broker_badge() -> None:
             st.success(f"Kafka up · {found.server}", icon=":material/check_circle:")
         elif found.down:
             st.error(f"Kafka broker down · {found.server} {found.says()}", icon=":material/cloud_off:")
+        elif found.state == kafka.TLS_FAILED:  # a setting to fix, not a broker to wait for
+            st.error(f"Kafka unusable · {found.server} {found.says()}", icon=":material/lock:")
         else:
             st.warning(f"Kafka not answering within {found.timeout_s:g} s · {found.server} {found.says()}",
                        icon=":material/hourglass_top:")

@@ -19,8 +19,13 @@ With KAFKA_BROKER_SASL_USERS=name:password[,name:password...] the client listene
 (mechanism PLAIN) accepting those users, the first being the brokers' own identity between
 themselves; the controller listener stays plaintext on loopback. Clients then need
 KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT, KAFKA_SASL_MECHANISM=PLAIN and KAFKA_SASL_USERNAME /
-KAFKA_SASL_PASSWORD (infra.kafka_client). The passwords are in the nodes' server.properties,
-readable by their owner only.
+KAFKA_SASL_PASSWORD (infra.kafka_client). With KAFKA_BROKER_SSL_KEYSTORE (PKCS12, or JKS when its
+name ends in .jks) and KAFKA_BROKER_SSL_KEYSTORE_PASSWORD the client listener is SSL, or SASL_SSL
+with SASL users: its certificate must name 127.0.0.1 (subjectAltName IP:127.0.0.1), and the brokers
+trust KAFKA_SSL_CAFILE between themselves, as the clients do (else the JVM's own CAs). The
+passwords are in the nodes' server.properties, readable by their owner only. The brokers' own
+readiness checks speak that listener's protocol (TLS without checking the certificate: they ask
+only whether our broker is up; the clients' trust is checked by the clients and `kafka_client`).
 
 `run` (the Procfile's line) starts the brokers, stays in the foreground, and stops them when it
 is itself stopped. Each broker is a detached process of its own, so the supervisor's
@@ -37,6 +42,7 @@ import base64
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -98,22 +104,64 @@ def sasl_users(text: str | None) -> list[tuple[str, str]]:
     return users
 
 
+def client_listener(s: Settings) -> str:
+    """The security protocol of the brokers' client listener: PLAINTEXT, SASL_PLAINTEXT, SSL or
+    SASL_SSL (SASL users and a keystore, each or both)."""
+    return ("SASL_" if s.kafka_broker_sasl_users else "") + ("SSL" if s.kafka_broker_ssl_keystore else "PLAINTEXT")
+
+
+def ssl_properties(s: Settings) -> str:
+    """The server.properties lines of an SSL client listener ("" without a keystore); BrokerError
+    when the keystore or its password cannot be used."""
+    if not s.kafka_broker_ssl_keystore:
+        return ""
+    keystore, password = Path(s.kafka_broker_ssl_keystore).resolve(), s.kafka_broker_ssl_keystore_password
+    if not keystore.is_file():
+        raise BrokerError(f"KAFKA_BROKER_SSL_KEYSTORE={s.kafka_broker_ssl_keystore} is not a file; "
+                          f"make one with the JDK's keytool (docs/configuration.md, Kafka security).")
+    if not password or any(c in password for c in "\\\n\r"):
+        raise BrokerError("KAFKA_BROKER_SSL_KEYSTORE needs its password in KAFKA_BROKER_SSL_KEYSTORE_PASSWORD, "
+                          "without backslashes or line breaks.")
+    kind = "JKS" if keystore.suffix.lower() == ".jks" else "PKCS12"
+    lines = [f"ssl.keystore.type={kind}", f"ssl.keystore.location={keystore}",
+             f"ssl.keystore.password={password}", f"ssl.key.password={password}"]
+    if s.kafka_ssl_cafile:  # what the brokers trust between themselves: what the clients trust
+        lines += ["ssl.truststore.type=PEM", f"ssl.truststore.location={Path(s.kafka_ssl_cafile).resolve()}"]
+    return "".join(f"{line}\n" for line in lines)
+
+
 def render_properties(s: Settings, node: int, data_dir: Path, template: str | None = None) -> str:
     """Node `node`'s server.properties: its ports and id, the quorum, replication, security."""
     port, controller_port = s.kafka_node_ports[node]
     rf, min_isr = internal_replication(s.kafka_brokers)
     users = sasl_users(s.kafka_broker_sasl_users)
-    sasl = ""
+    listener = client_listener(s)
+    security = ssl_properties(s)
     if users:
         (own, own_password), module = users[0], "org.apache.kafka.common.security.plain.PlainLoginModule"
         accepted = " ".join(f'user_{name}="{password}"' for name, password in users)
-        sasl = ("sasl.enabled.mechanisms=PLAIN\nsasl.mechanism.inter.broker.protocol=PLAIN\n"
-                f'listener.name.sasl_plaintext.plain.sasl.jaas.config={module} required '
-                f'username="{own}" password="{own_password}" {accepted};\n')
+        security += ("sasl.enabled.mechanisms=PLAIN\nsasl.mechanism.inter.broker.protocol=PLAIN\n"
+                     f'listener.name.{listener.lower()}.plain.sasl.jaas.config={module} required '
+                     f'username="{own}" password="{own_password}" {accepted};\n')
     return (template or TEMPLATE.read_text()).format(
         node=node, node_id=node_id(node), voters=quorum_voters(s), port=port, controller_port=controller_port,
-        listener="SASL_PLAINTEXT" if users else "PLAINTEXT", data_dir=data_dir,
-        partitions=s.topics.partitions, internal_rf=rf, internal_min_isr=min_isr, sasl=sasl)
+        listener=listener, data_dir=data_dir,
+        partitions=s.topics.partitions, internal_rf=rf, internal_min_isr=min_isr, security=security)
+
+
+def _own_tls(s: Settings) -> ssl.SSLContext | None:
+    """TLS for asking our own brokers whether they are up (None on a plaintext listener): the
+    certificate is not checked, since trust is the clients' question, not readiness's."""
+    if not s.kafka_broker_ssl_keystore:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    return ctx
+
+
+def answers_here(s: Settings, port: int) -> int | None:
+    """`api_versions` of our broker on 127.0.0.1:`port`, over its client listener's protocol."""
+    return api_versions("127.0.0.1", port, tls=_own_tls(s))
 
 
 # -- processes and folders ----------------------------------------------------------------------
@@ -227,7 +275,7 @@ def _broker_env() -> dict[str, str]:
 def _check_ports(s: Settings, node: int) -> None:
     for port in s.kafka_node_ports[node]:
         if _port_open(port):
-            if api_versions("127.0.0.1", port):
+            if answers_here(s, port):
                 raise BrokerError(
                     f"A Kafka broker that CardStream did not start already listens on 127.0.0.1:{port}; "
                     f"stop it, or use it with KAFKA_BOOTSTRAP=127.0.0.1:{port}.")
@@ -268,8 +316,10 @@ def up(s: Settings | None = None, quiet: bool = False, node: int | None = None) 
         return s.external_bootstrap
     nodes = _nodes(s, node)
     what = _what(s, node)
+    sasl_users(s.kafka_broker_sasl_users)  # a bad setting is one sentence before anything starts
+    ssl_properties(s)
     ours = {i: broker_pids(s, i) for i in nodes}
-    todo = [i for i in nodes if not (ours[i] and api_versions("127.0.0.1", s.kafka_node_ports[i][0]))]
+    todo = [i for i in nodes if not (ours[i] and answers_here(s, s.kafka_node_ports[i][0]))]
     if not todo:
         if not quiet:
             pids = ", ".join(str(ours[i][0]) for i in nodes)
@@ -285,7 +335,6 @@ def up(s: Settings | None = None, quiet: bool = False, node: int | None = None) 
     procs: dict[int, subprocess.Popen | None] = {i: None for i in todo}
     pids = {i: ours[i][0] for i in todo if ours[i]}
     if any(not ours[i] for i in todo):
-        sasl_users(s.kafka_broker_sasl_users)  # a bad setting is one sentence before anything starts
         if not broker_pids(s, 0):
             _migrate(s)
         cluster_id = _cluster_id(s)
@@ -296,7 +345,7 @@ def up(s: Settings | None = None, quiet: bool = False, node: int | None = None) 
     deadline = time.monotonic() + START_TIMEOUT_S
     waiting = list(todo)
     while waiting and time.monotonic() < deadline:
-        waiting = [i for i in waiting if not api_versions("127.0.0.1", s.kafka_node_ports[i][0])]
+        waiting = [i for i in waiting if not answers_here(s, s.kafka_node_ports[i][0])]
         for i in waiting:
             proc = procs[i]
             if proc is not None and proc.poll() is not None:
@@ -364,7 +413,8 @@ def status(s: Settings | None = None) -> bool:
     s = s or load()
     if s.external_bootstrap or s.kafka_brokers == 1:
         host, _, port = s.kafka_bootstrap.split(",")[0].rpartition(":")
-        apis = api_versions(host, int(port))
+        apis = (api_versions(host, int(port), tls=kafka_client.tls_context(s)) if s.external_bootstrap
+                else answers_here(s, int(port)))
         pids = [] if s.external_bootstrap else broker_pids(s)
         if apis:
             print(f"Kafka answers on {s.kafka_bootstrap}: ApiVersions lists {apis} APIs"
@@ -374,7 +424,7 @@ def status(s: Settings | None = None) -> bool:
         return False
     answering = 0
     for i, (port, _) in enumerate(s.kafka_node_ports):
-        apis, pids = api_versions("127.0.0.1", port), broker_pids(s, i)
+        apis, pids = answers_here(s, port), broker_pids(s, i)
         answering += bool(apis)
         print(f"node {i} on 127.0.0.1:{port}: " + (f"answers, ApiVersions lists {apis} APIs" if apis else "no answer")
               + (f"; pid {pids[0]}." if pids else "; not running."))

@@ -124,6 +124,9 @@ class Settings:
     kafka_broker_sasl_users: str | None = None
     fraud_rt_guarantee: str = "at-least-once"  # the real-time fraud path's (at-most-once: skips)
     fraud_mode: str = "microbatch"            # the fraud job's mode (realtime: both paths)
+    # ... and a keystore (PKCS12, or JKS by its .jks name) makes it SSL, or SASL_SSL with the users
+    kafka_broker_ssl_keystore: str | None = None
+    kafka_broker_ssl_keystore_password: str | None = None
     # where the stateful path's per-card scoring runs: "jvm" (CardScoring.java) or "python" (pandas)
     fraud_processor: str = "jvm"
     # the real-time query's batch (its checkpoint interval: at-least-once replays at most this much)
@@ -234,6 +237,8 @@ def load(env: dict | None = None) -> Settings:
         kafka_broker_sasl_users=env.get("KAFKA_BROKER_SASL_USERS") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
         spark_fetch_max_wait_ms=_int(env, "SPARK_KAFKA_FETCH_MAX_WAIT_MS", 10),
+        kafka_broker_ssl_keystore=env.get("KAFKA_BROKER_SSL_KEYSTORE") or None,
+        kafka_broker_ssl_keystore_password=env.get("KAFKA_BROKER_SSL_KEYSTORE_PASSWORD") or None,
         validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),
         validation_future_seconds=_int(env, "VALIDATION_FUTURE_SECONDS", 300),
         max_offsets_per_trigger=_int(env, "MAX_OFFSETS_PER_TRIGGER", 20_000),

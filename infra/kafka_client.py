@@ -6,10 +6,15 @@ CardStream at a secured cluster (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SS
 one set of environment variables. End offsets and the wire probes (`api_versions`, `sasl_plain`:
 raw Kafka requests that tell a ready broker, and a refused login, at once) are written here once,
 and a refused SASL/PLAIN login is said in one sentence when a client is built (`LoginRefused`).
+The probes speak the configured protocol: over SSL and SASL_SSL they first make the TLS handshake
+the clients make (`tls_context`: same CA file, same host-name check), so "the broker answers"
+means it answers the clients as they are configured.
 """
 from __future__ import annotations
 
+import functools
 import socket
+import ssl
 import struct
 import time
 
@@ -25,6 +30,16 @@ class LoginRefused(KafkaError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class UnreadableCAFile(KafkaError):
+    """KAFKA_SSL_CAFILE cannot be read as PEM certificates (the message is one sentence)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 
 
 def client_config(s: Settings | None = None) -> dict:
@@ -56,18 +71,46 @@ def spark_options(s: Settings | None = None) -> dict[str, str]:
     return opts
 
 
+def tls_context(s: Settings | None = None) -> ssl.SSLContext | None:
+    """The TLS the configured clients speak, for the raw probes: None unless the protocol is SSL or
+    SASL_SSL; else a context as kafka-python builds one from the same settings (TLS 1.2 at least,
+    the broker's certificate checked against KAFKA_SSL_CAFILE, or the system's CAs, and against
+    the host name). UnreadableCAFile when that file cannot be read."""
+    s = s or load()
+    if s.kafka_security_protocol not in TLS_PROTOCOLS:
+        return None
+    return _client_tls(s.kafka_ssl_cafile)
+
+
+@functools.lru_cache(maxsize=4)
+def _client_tls(cafile: str | None) -> ssl.SSLContext:
+    """One context per CA file for the process: the probes run every second or so."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname, as kafka-python's
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if not cafile:
+        ctx.load_default_certs()
+        return ctx
+    try:
+        ctx.load_verify_locations(cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UnreadableCAFile(f"KAFKA_SSL_CAFILE={cafile} cannot be read as PEM certificates "
+                               f"({getattr(exc, 'strerror', None) or exc}).") from None
+    return ctx
+
+
 def login_error(s: Settings | None = None) -> str | None:
     """One sentence when the brokers refuse this configuration's SASL/PLAIN login, else None.
 
     kafka-python retries a refused login until its bootstrap timeout and then says only that it
-    could not bootstrap; this asks the first broker that answers directly (SASL_PLAINTEXT with
-    PLAIN only: other mechanisms are left to the client's own errors)."""
+    could not bootstrap; this asks the first broker that answers directly (SASL_PLAINTEXT or
+    SASL_SSL with PLAIN only: other mechanisms are left to the client's own errors)."""
     s = s or load()
-    if s.kafka_security_protocol != "SASL_PLAINTEXT" or s.kafka_sasl_mechanism != "PLAIN":
+    if s.kafka_security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL") or s.kafka_sasl_mechanism != "PLAIN":
         return None
+    tls = tls_context(s)
     for server in s.kafka_bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
-        answer = sasl_plain(host, int(port), s.kafka_sasl_username or "", s.kafka_sasl_password or "")
+        answer = sasl_plain(host, int(port), s.kafka_sasl_username or "", s.kafka_sasl_password or "", tls=tls)
         if answer is not None:
             code, message = answer
             if code == 0:
@@ -123,28 +166,57 @@ def end_offsets(topic: str, s: Settings | None = None, c=None, wait_s: float = 5
 
 
 def answers(s: Settings | None = None, timeout: float = 1.0) -> bool:
-    """Whether a bootstrap broker answers a Kafka ApiVersions request right now: any one of them,
-    since a cluster with one broker down still serves every client."""
+    """Whether a bootstrap broker answers a Kafka ApiVersions request right now, over the configured
+    protocol (`tls_context`): any one of them, since a cluster with one broker down still serves
+    every client. UnreadableCAFile when KAFKA_SSL_CAFILE cannot be read."""
     s = s or load()
+    tls = tls_context(s)
     for server in s.kafka_bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
-        if api_versions(host, int(port), timeout=timeout):
+        if api_versions(host, int(port), timeout=timeout, tls=tls):
             return True
     return False
 
 
 # ------------------------------------------------------------------ the wire probes
 
-def api_versions(host: str, port: int, timeout: float = 2.0) -> int | None:
+def _connect(host: str, port: int, timeout: float, tls: ssl.SSLContext | None) -> socket.socket:
+    """A connection to host:port, TLS (handshake made) when `tls` is given; each wait ≤ `timeout`."""
+    sock = socket.create_connection((host, port), timeout=timeout)
+    sock.settimeout(timeout)
+    if tls is None:
+        return sock
+    try:
+        return tls.wrap_socket(sock, server_hostname=host)
+    except BaseException:
+        sock.close()
+        raise
+
+
+def tls_refusal(host: str, port: int, tls: ssl.SSLContext, timeout: float = 2.0) -> str | None:
+    """Why the TLS handshake with host:port fails, in words, or None when it succeeds (or no
+    connection is made at all: that is said by who asks)."""
+    try:
+        with _connect(host, port, timeout, tls):
+            return None
+    except ssl.SSLCertVerificationError as exc:
+        return f"its certificate is not trusted ({exc.verify_message}); check KAFKA_SSL_CAFILE"
+    except ssl.SSLError as exc:
+        return f"TLS failed ({exc.reason or exc}); is that listener SSL? check KAFKA_SECURITY_PROTOCOL"
+    except OSError:
+        return None
+
+
+def api_versions(host: str, port: int, timeout: float = 2.0, tls: ssl.SSLContext | None = None) -> int | None:
     """Number of APIs the broker at host:port announces in its ApiVersions answer, or None.
 
-    A raw ApiVersions v0 request: it tells a real, ready Kafka broker from any other listener.
+    A raw ApiVersions v0 request (over TLS when `tls` is given): it tells a real, ready Kafka
+    broker from any other listener. A SASL listener answers it before any login.
     """
     client = b"cardstream-probe"
     body = struct.pack(">hhih", 18, 0, 7, len(client)) + client
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
+        with _connect(host, port, timeout, tls) as sock:
             sock.sendall(struct.pack(">i", len(body)) + body)
             header = _read(sock, 4)
             payload = _read(sock, struct.unpack(">i", header)[0])
@@ -156,12 +228,14 @@ def api_versions(host: str, port: int, timeout: float = 2.0) -> int | None:
     return count
 
 
-def sasl_plain(host: str, port: int, username: str, password: str, timeout: float = 2.0) -> tuple[int, str] | None:
+def sasl_plain(host: str, port: int, username: str, password: str, timeout: float = 2.0,
+               tls: ssl.SSLContext | None = None) -> tuple[int, str] | None:
     """(error code, message) of the broker's answer to a SASL/PLAIN login at host:port (0: accepted),
     or None when no Kafka SASL listener answers there.
 
-    Raw SaslHandshake v1 and SaslAuthenticate v0, like `api_versions`: a refused login is then
-    said at once, where a client library retries it until its own timeout.
+    Raw SaslHandshake v1 and SaslAuthenticate v0 (over TLS when `tls` is given), like
+    `api_versions`: a refused login is then said at once, where a client library retries it
+    until its own timeout.
     """
     client = b"cardstream-probe"
 
@@ -172,8 +246,7 @@ def sasl_plain(host: str, port: int, username: str, password: str, timeout: floa
 
     token = b"\0" + username.encode() + b"\0" + password.encode()
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
+        with _connect(host, port, timeout, tls) as sock:
             answer = request(17, 1, struct.pack(">h", 5) + b"PLAIN")
             if struct.unpack(">ih", answer[:6]) != (1, 0):
                 return None

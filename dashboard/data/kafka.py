@@ -8,8 +8,10 @@ a page must not hang on a broker that does not answer.
 The probe (`probe`) tells apart what a user must not confuse: a broker that refuses the connection
 (nothing listens: down), one that takes the connection but sends no answer within the probe's
 timeout (busy or still starting, as while five JVMs start on two cores: not down), a connection
-that is not even made within that time, and a listener that answers but not as a Kafka broker. It
-tries again before it says anything but "up".
+that is not even made within that time, a TLS handshake that fails (a certificate the clients do
+not trust, a listener that is not SSL), and a listener that answers but not as a Kafka broker. It
+asks over the configured protocol (`kafka_client.tls_context`: SSL and SASL_SSL make the clients'
+TLS handshake first) and tries again before it says anything but "up".
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ PROBE_TIMEOUT_S = 1.5   # each try's wait for the connection and for the ApiVers
 PROBE_TRIES = 3         # tries before the badge says anything but "up"
 PROBE_PAUSE_S = 0.2     # between two tries
 
-UP, REFUSED, SILENT, NO_CONNECTION, NOT_KAFKA, UNREACHABLE = (
-    "up", "refused", "silent", "no connection", "not kafka", "unreachable")
+UP, REFUSED, SILENT, NO_CONNECTION, NOT_KAFKA, UNREACHABLE, TLS_FAILED = (
+    "up", "refused", "silent", "no connection", "not kafka", "unreachable", "tls failed")
 
 
 class BrokerDown(RuntimeError):
@@ -36,8 +38,9 @@ class BrokerDown(RuntimeError):
 class Probe:
     """What the bootstrap brokers did when asked for their API versions: `state` (UP, REFUSED,
     SILENT: connection taken, no answer within `timeout_s`; NO_CONNECTION: none made within
-    `timeout_s`; NOT_KAFKA: something answered or hung up, not as a Kafka broker; UNREACHABLE: the
-    address cannot be reached, `detail` says why), the server it is about, the tries made."""
+    `timeout_s`; TLS_FAILED: the TLS handshake failed, `detail` says why; NOT_KAFKA: something
+    answered or hung up, not as a Kafka broker; UNREACHABLE: the address cannot be reached, or
+    KAFKA_SSL_CAFILE cannot be read, `detail` says why), the server it is about, the tries made."""
     state: str
     server: str
     timeout_s: float
@@ -63,16 +66,17 @@ class Probe:
             SILENT: f"took the connection but sent no answer {within} ({tries}): busy or still starting, not refused",
             NO_CONNECTION: f"made no connection {within} ({tries}): an overloaded machine, a host that is "
                            "down, or a network that drops packets",
+            TLS_FAILED: f"took the connection, but the TLS handshake failed: {self.detail} ({tries})",
             NOT_KAFKA: f"answered, but not as a Kafka broker ({self.detail or 'no ApiVersions answer'}; {tries})",
             UNREACHABLE: f"cannot be reached ({self.detail}; {tries})",
         }[self.state]
 
 
-def probe_server(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[str, str]:
-    """(state, detail) of one Kafka ApiVersions request to host:port (`infra.kafka_client.api_versions`)
-    and, when it gets no answer, of a plain connection to tell why."""
+def probe_server(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S, tls=None) -> tuple[str, str]:
+    """(state, detail) of one Kafka ApiVersions request to host:port (`infra.kafka_client.api_versions`,
+    over TLS when `tls` is given) and, when it gets no answer, of a plain connection to tell why."""
     started = time.monotonic()
-    if kafka_client.api_versions(host, port, timeout=timeout_s) is not None:
+    if kafka_client.api_versions(host, port, timeout=timeout_s, tls=tls) is not None:
         return UP, ""
     waited = time.monotonic() - started >= timeout_s * 0.95  # the request waited its whole timeout
     try:
@@ -88,6 +92,9 @@ def probe_server(host: str, port: int, timeout_s: float = PROBE_TIMEOUT_S) -> tu
         return UNREACHABLE, exc.strerror or type(exc).__name__
     if waited:  # it takes connections and kept the request unanswered for the whole timeout
         return SILENT, ""
+    refusal = kafka_client.tls_refusal(host, port, tls, timeout_s) if tls is not None else None
+    if refusal:
+        return TLS_FAILED, refusal
     return NOT_KAFKA, "it closed the connection, or its answer was not an ApiVersions one"
 
 
@@ -98,12 +105,16 @@ def probe(s, timeout_s: float = PROBE_TIMEOUT_S, tries: int = PROBE_TRIES, pause
     servers = [x.strip() for x in s.kafka_bootstrap.split(",") if x.strip()]
     if not servers:
         return Probe(UNREACHABLE, "(none)", timeout_s, 0, "KAFKA_BOOTSTRAP names no server")
+    try:
+        tls = kafka_client.tls_context(s)
+    except kafka_client.UnreadableCAFile as exc:
+        return Probe(UNREACHABLE, servers[0], timeout_s, 0, str(exc))
     for attempt in range(1, tries + 1):
         said = []
         for server in servers:
             host, _, port = server.rpartition(":")
             try:
-                state, detail = probe_server(host, int(port), timeout_s)
+                state, detail = probe_server(host, int(port), timeout_s, tls)
             except ValueError:
                 state, detail = UNREACHABLE, f"{port!r} is not a port number"
             if state == UP:
@@ -117,7 +128,8 @@ def probe(s, timeout_s: float = PROBE_TIMEOUT_S, tries: int = PROBE_TRIES, pause
 
 
 def answers(s, timeout_s: float = 0.5) -> bool:
-    """Whether a bootstrap broker (any of them) answers a Kafka ApiVersions request right now (one try)."""
+    """Whether a bootstrap broker (any of them) answers a Kafka ApiVersions request right now, over the
+    configured protocol (one try)."""
     return probe(s, timeout_s, tries=1).up
 
 
@@ -125,7 +137,8 @@ def _check(s, timeout_s: float) -> None:
     """BrokerDown, in words, unless a broker answers (one try of `timeout_s`)."""
     found = probe(s, timeout_s, tries=1)
     if not found.up:
-        raise BrokerDown(f"{'broker down' if found.down else 'not answering'}: Kafka at {found.server} {found.says()}")
+        said = "broker down" if found.down else "unusable" if found.state == TLS_FAILED else "not answering"
+        raise BrokerDown(f"{said}: Kafka at {found.server} {found.says()}")
 def end_offsets(s, topics: list[str], timeout_s: float = 1.5) -> dict[str, dict[int, int]]:
     """{topic: {partition: end offset}} straight from the broker (topics it does not have are left
     out); BrokerDown when it does not answer."""

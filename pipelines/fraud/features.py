@@ -50,6 +50,10 @@ FEATURE_LOG_FIELDS = ("txn_id", "card_id", "merchant_id", "amount_cents", "event
                       *STREAM_FEATURES, "score_avg_ticket", "score_proximity", "score_velocity", "score",
                       "is_fraud")
 
+# the card's event-time state after a batch, on the card's last row of it ("times;amounts;over",
+# History.historyText), which the real-time path's seed carries (pipelines/fraud/seed.py)
+CARD_HISTORY = "c_history"
+
 # ------------------------------------------------------------------ the wiring in the fraud job
 
 LABEL_SCHEMA = "txn_id string, merchant_id string, event_time bigint, is_fraud boolean"
@@ -77,19 +81,20 @@ def history_ttl_ms(ttl_ms: int, delay_days: int) -> int:
     return max(int(ttl_ms), (max(CARD_STATE_DAYS, max(WINDOW_DAYS) + delay_days) + 1) * 86_400_000)
 
 
-def with_history(scored, labels, scored_ddl: str, ttl_ms: int, delay_days: int):
-    """Scored transactions (+ the labels stream, or None) -> the same rows + STREAM_FEATURES,
-    in event time: card windows keyed by card, then terminal windows keyed by terminal with the
-    labels joined in (pipelines/fraud/jvm/cardstream/fraud/History.java), then the calendar.
-    The state's TTL is `ttl_ms` or, when longer, what the windows need (history_ttl_ms)."""
+def with_history(scored, labels, scored_ddl: str, ttl_ms: int, delay_days: int, card_history: bool = False):
+    """Scored transactions (+ the labels stream, or None) -> the same rows + CARD_HISTORY +
+    STREAM_FEATURES, in event time: card windows keyed by card, then terminal windows keyed by
+    terminal with the labels joined in (pipelines/fraud/jvm/cardstream/fraud/History.java), then
+    the calendar. The state's TTL is `ttl_ms` or, when longer, what the windows need
+    (history_ttl_ms). `card_history`: fill CARD_HISTORY (null otherwise)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     spark = scored.sparkSession
     jvm = spark._jvm.cardstream.fraud.History
     ttl_ms = history_ttl_ms(ttl_ms, delay_days)
-    card_ddl = output_ddl(scored_ddl, CARD_FEATURES + CARD_PAST_FEATURES)
-    with_card = DataFrame(jvm.cardWindows(scored._jdf, card_ddl, ttl_ms), spark)
+    card_ddl = output_ddl(scored_ddl, CARD_FEATURES + CARD_PAST_FEATURES) + f", {CARD_HISTORY} string"
+    with_card = DataFrame(jvm.cardWindows(scored._jdf, card_ddl, ttl_ms, bool(card_history)), spark)
     txns = with_card.withColumn("label_fraud", F.lit(None).cast("boolean"))
     if labels is not None:
         cols = {"txn_id": F.col("txn_id"), "merchant_id": F.col("merchant_id"), "event_time": F.col("event_time"),

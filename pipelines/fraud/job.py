@@ -145,15 +145,17 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None, mod
     # unless the job starts at the latest offsets
     labels = read_kafka(spark, o.labels_topic, s, starting_offsets="latest" if o.starting_offsets == "latest" else "earliest",
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    return score(source.where(exclude) if exclude else source, s, o.threshold, labels, model)
+    return score(source.where(exclude) if exclude else source, s, o.threshold, labels, model,
+                 card_history=o.mode == "realtime")
 
 
-def score(source, s: Settings, threshold: float, labels=None, model=None):
+def score(source, s: Settings, threshold: float, labels=None, model=None, card_history: bool = False):
     """Rows shaped as Kafka's (key, value, topic, partition, offset, timestamp, timestampType) ->
     (valid transactions scored per card with the event-time features (pipelines/fraud/features.py;
     `labels`: Kafka rows of the labels topic, the terminals' feedback) and the aggregator's score
     and verdict — by the rules, or by `model`, a learned version (pipelines/fraud/models.py) —
-    malformed records).
+    malformed records). `card_history`: each card's last row of a batch carries its event-time
+    state (features.CARD_HISTORY; the real-time path's seed).
 
     The verdict is part of the streaming plan, planned once with it: built in the sink instead,
     its Python expression building and a second query plan cost every batch 60-80 ms."""
@@ -169,7 +171,7 @@ def score(source, s: Settings, threshold: float, labels=None, model=None):
              .select("txn_id", "card_id", "merchant_id", "amount_cents", "lat", "lon", "event_time",
                      "produced_at", "offset"))
     history = with_history(per_card(valid, s), labels_frame(labels) if labels is not None else None,
-                           SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days)
+                           SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days, card_history)
     return with_payloads(verdict(history, threshold, model)), bad
 
 

@@ -11,7 +11,8 @@ So the profiles live in the executor JVM (`LiveProfiles.java`, compiled by `make
 query's long-running tasks, one per Kafka partition, fold each transaction into its card's profile
 as they score it, the same three analyzers as the stateful path, in order per card (the simulator
 keys transactions by card). A start seeds them from the stateful path's profiles and reads from
-the offsets those cover (`pipelines.fraud.seed`), so no transaction is missing from a profile; a
+the offsets those cover (`pipelines.fraud.seed`; with each card's event-time history, so the
+model's card windows are whole from the first payment after a start), so no transaction is missing from a profile; a
 decision records how stale its card's profile is (`profile_age_ms`: the age of the newest history
 the profile has folded, the card's previous transaction or the seed's cut, and never younger than
 a hole of its partition; absent when unknown: a transaction off its card's key partition; see
@@ -41,6 +42,7 @@ from infra import kafka_client
 from infra.config import Settings
 from infra.contracts import ANALYZERS, DECISION_FIELDS
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, Limits
+from pipelines.fraud.features import history_ttl_ms
 
 QUERY = "fraud-rt"
 LIVE_CLASS = "cardstream.fraud.LiveProfiles"
@@ -53,6 +55,16 @@ SERVING_FILE, TERMINALS_FILE = "realtime-serving.tsv", "realtime-terminals.tsv"
 # how far (event time) a payment may be from the one its terminal's published features are of
 TERMINAL_MAX_GAP_MS = 3_600_000
 RT_JOB = "fraud-rt"  # its row in `model_use`
+
+
+def why_kind(sentence: str) -> str:
+    """A decision's `model_why` with what varies per payment (a terminal's id, a date, a number)
+    as "…": the reasons the rules decided, countable (bench latency, the Fraud page)."""
+    import re
+
+    sentence = re.sub(r"terminal \S+?('s)? ", lambda m: f"terminal …{m.group(1) or ''} ", sentence)
+    sentence = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "…", sentence)
+    return re.sub(r"\d+", "…", sentence).replace("(model …)", "(model 0)")
 
 
 def wall_clock_ms():
@@ -181,9 +193,11 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
 
     topic, folder = o.transactions_topic, o.checkpoint / "realtime"
     earliest, latest = offset_bounds(s, topic)
+    ttl_ms = s.state_ttl_minutes * 60_000
+    history_ttl = history_ttl_ms(ttl_ms, s.label_delay_days)
     db = store.connect(o.store_path)
     try:
-        snapshot = seed.read_snapshot(db, sink, topic, started_at, s.state_ttl_minutes * 60_000)
+        snapshot = seed.read_snapshot(db, sink, topic, started_at, ttl_ms, history_ttl)
     finally:
         db.conn.close()
     resume = o.guarantee.resume_from(checkpoints.position(folder).committed_offsets.get(topic))
@@ -192,9 +206,13 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
         # a hole without a cut: the profiles miss everything from the first record they skip
         plan.holes.update(record_times(s, topic, plan.missed))
     seeds = o.checkpoint / "realtime-seeds"
+    # the companion's terminal table says since when it has decided every payment: its card
+    # histories (in the snapshot) hold every payment since then too
+    complete_from = TerminalTable(o.checkpoint / TERMINALS_FILE, 0).complete_from
     path = seed.write(seeds / f"{started_at}.tsv",
-                      seed.seed_lines(topic, snapshot, plan, limits, s.state_ttl_minutes * 60_000, len(latest),
-                                      now=started_at))
+                      seed.seed_lines(topic, snapshot, plan, limits, ttl_ms, len(latest), now=started_at,
+                                      history_from=seed.history_from(snapshot, complete_from),
+                                      history_ttl_ms=history_ttl))
     for old in sorted(seeds.glob("*.tsv"), key=lambda p: p.stat().st_mtime)[:-SEEDS_KEPT]:
         old.unlink(missing_ok=True)
     # the query always starts at the plan's offsets: Spark honours startingOffsets only on a new checkpoint

@@ -6,8 +6,10 @@ offsets on, so a profile misses nothing the stateful path had not folded either.
 the profiles' own cut (`card_profile_cuts`, written in the same fenced transaction as the profiles
 and the ledger row, which the fraud job does in real-time mode only): after a micro-batch run the
 cut is older than the newest applied batch, and the real-time path folds again from the cut. The
-seed holds only the profiles written within the state's TTL (the cards the stateful path still
-holds), is read in one store transaction, and written whole or not at all.
+seed holds the analyzers' profiles written within the state's TTL (the cards the stateful path
+still holds) and each card's event-time history (its last 60 days of payments, kept for the
+history's longer TTL), so the model's card windows are whole from the first payment after a start
+(`history_from`); it is read in one store transaction, and written whole or not at all.
 
 `plan` is pure: where each partition starts reading, from where it folds, and which partitions
 have a hole (transactions the profiles will never see: replaying back to the cut would be longer
@@ -25,7 +27,7 @@ from pathlib import Path
 from infra.partitioner import partitions_for
 from pipelines.fraud.analyzers import Limits, limits_text
 
-PROFILE_COLUMNS = ("card_id", "count", "mean", "lat", "lon", "place_time", "times")
+PROFILE_COLUMNS = ("card_id", "count", "mean", "lat", "lon", "place_time", "times", "history")
 
 
 @dataclass(frozen=True)
@@ -45,22 +47,27 @@ class Plan:
     missed: dict = field(default_factory=dict)  # {partition: the first offset a hole misses}
 
 
-def read_snapshot(db, sink: str, topic: str, now: int, ttl_ms: int) -> Snapshot:
-    """The profiles' cut on `topic` and the profiles written within `ttl_ms` of `now`, in one read."""
+def read_snapshot(db, sink: str, topic: str, now: int, ttl_ms: int, history_ttl_ms: int = 0) -> Snapshot:
+    """The profiles' cut on `topic` and the profiles written within `ttl_ms` of `now`, in one read;
+    and the cards written within `history_ttl_ms` (the event-time history's TTL, longer) with their
+    history only: the stateful path has dropped their analyzers' profile but keeps their windows."""
     conn = db.conn
     conn.execute("BEGIN")
     try:
         cut = conn.execute("SELECT end_offsets, ts FROM card_profile_cuts WHERE sink = ?", [sink]).fetchone()
         history = conn.execute("SELECT 1 FROM sink_batches WHERE sink = ? AND outcome = 'applied' LIMIT 1",
                                [sink]).fetchone() is not None
-        profiles = [] if cut is None else conn.execute(
-            f"SELECT {', '.join(PROFILE_COLUMNS)} FROM card_profiles WHERE updated_at >= ?", [now - ttl_ms]).fetchall()
+        rows = [] if cut is None else conn.execute(
+            f"SELECT {', '.join(PROFILE_COLUMNS)}, updated_at FROM card_profiles WHERE updated_at >= ?",
+            [now - max(ttl_ms, history_ttl_ms)]).fetchall()
     finally:
         conn.execute("COMMIT")
     if cut is None:
         return Snapshot(history=history)
+    profiles = [tuple(r[:-1]) if r[-1] >= now - ttl_ms else (r[0], None, None, None, None, None, "", r[-2])
+                for r in rows if r[-1] >= now - ttl_ms or r[-2]]
     ends = (json.loads(cut[0] or "{}") or {}).get(topic) or {}
-    return Snapshot(int(cut[1]), {int(p): int(o) for p, o in ends.items()}, [tuple(p) for p in profiles], history)
+    return Snapshot(int(cut[1]), {int(p): int(o) for p, o in ends.items()}, profiles, history)
 
 
 def plan(snapshot: Snapshot, earliest: dict, latest: dict, policy: str, resume: dict | None,
@@ -97,27 +104,47 @@ def partition_of(card_ids: list[str], partitions: int) -> list[int]:
     return [int(p) for p in partitions_for([c.encode() for c in card_ids], partitions)]
 
 
+def history_from(snapshot: Snapshot, complete_from: int | None) -> int | None:
+    """Since when (event time) the seeded card histories hold every payment of their cards: the
+    stateful path's, `complete_from` (since when it has decided every payment: its terminal
+    table's, realtime.TerminalTable), when every seeded card carries its history; else None (the
+    live windows are whole only from their first fold on)."""
+    if snapshot.as_of is None or complete_from is None:
+        return None
+    if any(len(r) < 8 or r[7] is None for r in snapshot.profiles):
+        return None  # a profile written before the history was: its card's windows are not known
+    return int(complete_from)
+
+
 def seed_lines(scope: str, snapshot: Snapshot, p: Plan, limits: Limits, ttl_ms: int, partitions: int,
-               now: int | None = None):
+               now: int | None = None, history_from: int | None = None, history_ttl_ms: int | None = None):
     """The seed file's lines (LiveProfiles.read): tab-separated, `end-of-seed` last. `cut`: when
     the seeded profiles were whole (the snapshot's time, else the start, `now`): a card folds
     nothing newer until its next transaction; `partitions`: the topic's, to tell a transaction
-    on another partition than its card's key would give (a producer not keying by card)."""
+    on another partition than its card's key would give (a producer not keying by card);
+    `history_from`: since when the cards' histories are whole (the function above), so the model's
+    card windows are served from the first payment after the start; `history_ttl_ms`: how long a
+    quiet card keeps its history (its analyzers' profile goes after `ttl_ms`)."""
     yield f"scope\t{scope}"
     yield f"limits\t{limits_text(limits)}\tttl_ms={int(ttl_ms)}"
     cut = snapshot.as_of if snapshot.as_of is not None else now
     if cut is not None:
         yield f"cut\t{int(cut)}"
     yield f"partitions\t{int(partitions)}"
+    if history_from is not None:
+        yield f"history_from\t{int(history_from)}"
+    if history_ttl_ms is not None:
+        yield f"history_ttl\t{int(history_ttl_ms)}"
     for part, offset in sorted(p.folds.items()):
         yield f"end\t{part}\t{offset}"
     for part, ms in sorted(p.holes.items()):
         yield f"hole\t{part}\t{ms}"
     cards = [r for r in snapshot.profiles if isinstance(r[0], str) and not any(c in r[0] for c in "\t\n\r")]
     for part, row in zip(partition_of([r[0] for r in cards], partitions), cards):
-        card_id, count, mean, lat, lon, place_time, times = row
+        card_id, count, mean, lat, lon, place_time, times = row[:7]
+        history = row[7] if len(row) > 7 else None
         yield "\t".join(["card", str(part), card_id, _text(count), _text(mean), _text(lat), _text(lon),
-                         _text(place_time), times or ""])
+                         _text(place_time), times or "", history or ""])
     yield "end-of-seed"
 
 

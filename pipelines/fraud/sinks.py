@@ -34,7 +34,7 @@ from infra.config import Settings
 from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
 from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
-from pipelines.fraud.features import FEATURE_LOG_FIELDS
+from pipelines.fraud.features import CARD_HISTORY, FEATURE_LOG_FIELDS
 from pipelines.fraud.realtime import EVER, TERMINALS_FILE, TerminalTable
 from pipelines.hooks import Faults
 
@@ -510,7 +510,7 @@ class Sinks:
                     kept = conn.executemany(_INSERT, store_rows).rowcount
                     count_repeated(conn, batch, ids, kept, decided_at)
                     if self.write_profiles:
-                        write_profiles(conn, table.select(["card_id", *PROFILE_COLUMNS]).to_pylist(), batch)
+                        write_profiles(conn, table.select(["card_id", *PROFILE_COLUMNS, CARD_HISTORY]).to_pylist(), batch)
             clock.lap("store_ms")
             self.topic(JOB, self.o.decisions_topic, checkpoint).write(
                 batch_id, payloads, {self.o.features_topic: features})
@@ -574,19 +574,24 @@ def write_profiles(conn, rows: list[dict], batch: ledger.Batch) -> None:
     """The latest profile per card of this batch -> `card_profiles`, and the batch's end offsets as
     the profiles' cut (`card_profile_cuts`), in the caller's transaction: a real-time start seeds
     from exactly the offsets the profiles cover, never from a later batch that wrote none (the
-    fraud job writes profiles in real-time mode only)."""
+    fraud job writes profiles in real-time mode only). With them each card's event-time history
+    after the batch (CARD_HISTORY, on one row of the card), the model's card windows."""
     now = now_ms()
     conn.execute("INSERT INTO card_profile_cuts (sink, checkpoint_id, batch_id, end_offsets, ts) VALUES (?, ?, ?, ?, ?) "
                  "ON CONFLICT(sink) DO UPDATE SET checkpoint_id = excluded.checkpoint_id, batch_id = excluded.batch_id, "
                  "end_offsets = excluded.end_offsets, ts = excluded.ts",
                  (batch.sink, batch.checkpoint_id, batch.batch_id, json.dumps(batch.end_offsets), now))
     latest: dict[str, dict] = {}
+    history: dict[str, str] = {}
     for r in rows:
         latest[r["card_id"]] = r
+        if r.get(CARD_HISTORY) is not None:
+            history[r["card_id"]] = r[CARD_HISTORY]
     conn.executemany(
-        "INSERT INTO card_profiles (card_id, count, mean, lat, lon, place_time, times, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(card_id) DO UPDATE SET count = excluded.count, "
+        "INSERT INTO card_profiles (card_id, count, mean, lat, lon, place_time, times, updated_at, history) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(card_id) DO UPDATE SET count = excluded.count, "
         "mean = excluded.mean, lat = excluded.lat, lon = excluded.lon, place_time = excluded.place_time, "
-        "times = excluded.times, updated_at = excluded.updated_at",
-        [(c, r["p_count"], r["p_mean"], r["p_lat"], r["p_lon"], r["p_time"], r["p_times"], now)
+        "times = excluded.times, updated_at = excluded.updated_at, "
+        "history = coalesce(excluded.history, card_profiles.history)",
+        [(c, r["p_count"], r["p_mean"], r["p_lat"], r["p_lon"], r["p_time"], r["p_times"], now, history.get(c))
          for c, r in latest.items()])

@@ -20,7 +20,7 @@ deletes in batches, which must not hold up the loop that promotes a standby with
    and checkpoint the newest MIN_BATCHES_TO_RETAIN batches, Spark's own retention of its offset
    and commit logs, every dropped row, and whatever the audit has not folded or still holds in
    its horizon); `card_profiles` keeps the cards the stateful path still holds (written within
-   STATE_TTL_MINUTES), the ones a real-time start seeds.
+   the event-time history's TTL, 61 days or more), the ones a real-time start seeds.
 """
 from __future__ import annotations
 
@@ -114,9 +114,14 @@ def prune_ledger(db, s: Settings, now: int, batch: int = BATCH_ROWS, pause_s: fl
 
 
 def prune_profiles(db, s: Settings, now: int, batch: int = BATCH_ROWS, pause_s: float = PAUSE_S) -> int:
-    """Card profiles not written for STATE_TTL_MINUTES: the stateful path has dropped those cards
-    (its state's TTL), so a real-time seed must not bring them back."""
-    return prune_rule(db, Rule("card_profiles", "updated_at"), now - s.state_ttl_minutes * 60_000, batch, pause_s)
+    """Card profiles not written for the event-time history's TTL (features.history_ttl_ms: at
+    least the 60 days of a card's windows): the stateful path has dropped those cards' windows,
+    so a real-time seed must not bring them back. Their analyzers' profiles go after
+    STATE_TTL_MINUTES already: the seed reads only the history of a row older than that."""
+    from pipelines.fraud.features import history_ttl_ms
+
+    horizon = now - history_ttl_ms(s.state_ttl_minutes * 60_000, s.label_delay_days)
+    return prune_rule(db, Rule("card_profiles", "updated_at"), horizon, batch, pause_s)
 
 
 def prune(db, now: int, retention_hours: float, rules: tuple[Rule, ...] = RULES, batch: int = BATCH_ROWS,

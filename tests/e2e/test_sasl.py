@@ -1,28 +1,34 @@
-"""A real broker that takes only SASL_PLAINTEXT logins (mechanism PLAIN), and the one connection
-config (`infra.kafka_client`) carrying the credentials to every client: the simulator, the audit,
-the dashboard's Kafka reads, the usage job (Spark's Kafka source) and Spark's Kafka sink; and a
-wrong password said in one sentence, at once, instead of a client retrying until it times out.
+"""A real broker whose only client listener is SASL_SSL: SASL/PLAIN logins over TLS, its keystore
+made with the JDK's keytool in the test, and the one connection config (`infra.kafka_client`)
+carrying the credentials and the CA file to every client: the simulator, the fraud job, the usage
+job, the auditor, the dashboard's Kafka reads and badge probe, the supervisor's readiness probe,
+and Spark's Kafka source and sink; and a wrong password said in one sentence, at once, instead of
+a client retrying until it times out. One broker tests both SASL and SSL (issue 36 item 12).
 
-The broker has its own run folder and ports (29120-29121); clients get KAFKA_SECURITY_PROTOCOL,
-KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD as any deployment would.
+The broker has its own run folder and ports (29120-29121), so its topics, store and checkpoints
+are this module's alone under their default names; clients get KAFKA_SECURITY_PROTOCOL=SASL_SSL,
+KAFKA_SASL_* and KAFKA_SSL_CAFILE as any deployment would.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from bench.harness.jobs import JobProcess, counts, decision, job_env, produce, wait_for
+from bench.harness.jobs import JobProcess, counts, job_env, wait_for
 from controlplane.store import connect
 from dashboard.data import kafka as dashboard_kafka
 from infra import broker, kafka_client
 from infra.config import ROOT, load
 from infra.topics import ensure_topics
+from pipelines.audit import snapshot
 from pipelines.audit.topics import TopicIndex
 
 PORT, CONTROLLER_PORT = 29120, 29121
@@ -30,13 +36,38 @@ SENT = 300
 REFUSED = "refused the SASL login of user 'app'"
 
 
+def keytool() -> str:
+    """The JDK's keytool beside the `java` on the PATH (a test needing it fails loudly without it)."""
+    java = shutil.which("java")
+    assert java, "these tests need a JDK (`java` and `keytool`) on the PATH"
+    tool = shutil.which("keytool") or str(Path(java).resolve().parent / "keytool")
+    assert Path(tool).exists(), f"no keytool beside {java}: install a full JDK"
+    return tool
+
+
+def make_keystore(folder: Path) -> tuple[Path, Path]:
+    """(PKCS12 keystore, its certificate as PEM) of a self-signed key for 127.0.0.1: the broker's
+    identity, and the CA file every client (kafka-python and Spark's Java client) trusts."""
+    keystore, ca = folder / "broker.p12", folder / "ca.pem"
+    common = ["-keystore", str(keystore), "-storepass", "ks-secret", "-alias", "broker"]
+    for args in (["-genkeypair", "-storetype", "PKCS12", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2",
+                  "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1,dns:localhost"],
+                 ["-exportcert", "-rfc", "-file", str(ca)]):
+        proc = subprocess.run([keytool(), *args, *common], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr or proc.stdout
+    return keystore, ca
+
+
 @pytest.fixture(scope="module")
-def sasl(tmp_path_factory):
-    """(settings, env) of clients logging in as `app` to a broker that takes SASL/PLAIN only."""
-    env = {"CARDSTREAM_RUN_DIR": str(tmp_path_factory.mktemp("kafka-sasl")), "KAFKA_PORT": str(PORT),
-           "KAFKA_CONTROLLER_PORT": str(CONTROLLER_PORT), "KAFKA_BROKER_SASL_USERS": "cardstream:broker-pw,app:app-pw",
-           "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
-           "KAFKA_SASL_USERNAME": "app", "KAFKA_SASL_PASSWORD": "app-pw", "TOPIC_PARTITIONS": "2"}
+def secured(tmp_path_factory):
+    """(settings, env) of clients logging in as `app` over TLS to a broker that takes SASL_SSL only."""
+    run_dir = tmp_path_factory.mktemp("kafka-sasl-ssl")
+    keystore, ca = make_keystore(run_dir)
+    env = {"CARDSTREAM_RUN_DIR": str(run_dir), "KAFKA_PORT": str(PORT), "KAFKA_CONTROLLER_PORT": str(CONTROLLER_PORT),
+           "KAFKA_BROKER_SASL_USERS": "cardstream:broker-pw,app:app-pw", "KAFKA_BROKER_SSL_KEYSTORE": str(keystore),
+           "KAFKA_BROKER_SSL_KEYSTORE_PASSWORD": "ks-secret", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+           "KAFKA_SSL_CAFILE": str(ca), "KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "app",
+           "KAFKA_SASL_PASSWORD": "app-pw", "TOPIC_PARTITIONS": "2"}
     s = load(env)
     try:
         broker.up(s, quiet=True)
@@ -46,45 +77,63 @@ def sasl(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sent(sasl):
-    """The topic the real simulator filled with SENT transactions, logged in over SASL."""
-    s, env = sasl
-    tx = f"transactions-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.run([sys.executable, "-m", "simulator", "--count", str(SENT), "--seed", "5", "--topic", tx,
-                           "--labels-topic", f"labels-{uuid.uuid4().hex[:8]}", "--no-control", "--progress-seconds", "0"],
+def sent(secured):
+    """The `transactions` topic the real simulator filled with SENT transactions, over SASL_SSL."""
+    s, env = secured
+    proc = subprocess.run([sys.executable, "-m", "simulator", "--count", str(SENT), "--seed", "5", "--no-control",
+                           "--progress-seconds", "0"],
                           cwd=ROOT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     totals = json.loads(proc.stdout.strip().splitlines()[-1])
     assert totals["sent"] == SENT and totals["failed"] == 0
-    return tx
+    return s.topics.transactions
 
 
-def wrong(env: dict):
-    """The same settings with a wrong password."""
-    return load({**env, "KAFKA_SASL_PASSWORD": "not-the-password"})
+def wrong(env: dict, **changes):
+    """The same settings with a wrong password (or other changes)."""
+    return load({**env, "KAFKA_SASL_PASSWORD": "not-the-password", **changes})
 
 
-def test_the_broker_takes_sasl_plain_logins_only(sasl):
-    s, _ = sasl
-    assert kafka_client.sasl_plain("127.0.0.1", PORT, "app", "app-pw") == (0, "")
-    code, message = kafka_client.sasl_plain("127.0.0.1", PORT, "app", "nope")
+def test_the_broker_takes_sasl_logins_over_tls_only_and_the_probes_speak_it(secured):
+    s, env = secured
+    props = (s.kafka_dir / "node-0" / "server.properties")
+    assert "SASL_SSL://127.0.0.1:29120" in props.read_text() and props.stat().st_mode & 0o077 == 0
+    # the probe of before: a plaintext ApiVersions request gets no answer from a TLS listener
+    assert kafka_client.api_versions("127.0.0.1", PORT, timeout=2.0) is None
+    # what the supervisor asks before every job start, and the dashboard's badge: over TLS, it answers
+    assert kafka_client.answers(s)
+    found = dashboard_kafka.probe(s)
+    assert found.up, found.says()
+    tls = kafka_client.tls_context(s)
+    assert kafka_client.api_versions("127.0.0.1", PORT, tls=tls) > 40
+    assert kafka_client.sasl_plain("127.0.0.1", PORT, "app", "app-pw", tls=tls) == (0, "")
+    code, message = kafka_client.sasl_plain("127.0.0.1", PORT, "app", "nope", tls=tls)
     assert code == 58 and "Authentication failed" in message  # SASL_AUTHENTICATION_FAILED
     assert kafka_client.login_error(s) is None
-    props = (s.kafka_dir / "node-0" / "server.properties")
-    assert "SASL_PLAINTEXT://127.0.0.1:29120" in props.read_text() and props.stat().st_mode & 0o077 == 0
+
+    # a client that does not trust the broker's certificate (the system's CAs only) is told why
+    untrusting = load({k: v for k, v in env.items() if k != "KAFKA_SSL_CAFILE"})
+    assert not kafka_client.answers(untrusting)
+    found = dashboard_kafka.probe(untrusting, timeout_s=2.0, tries=1)
+    assert found.state == dashboard_kafka.TLS_FAILED and not found.up
+    assert "its certificate is not trusted (self" in found.says()  # OpenSSL: "self-signed certificate"
+    assert "check KAFKA_SSL_CAFILE" in found.says()
+    # and one expecting plaintext where TLS is spoken gets no ApiVersions answer either: not "up"
+    assert not dashboard_kafka.probe(load({**env, "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}),
+                                     timeout_s=1.0, tries=1).up
 
 
-def test_the_simulator_audit_and_dashboard_log_in(sasl, sent):
-    s, _ = sasl
+def test_the_simulator_audit_and_dashboard_log_in(secured, sent):
+    s, _ = secured
     index = TopicIndex(s, sent).read()
     assert index.records == SENT
     ends = dashboard_kafka.end_offsets(s, [sent])
     assert sum(ends[sent].values()) == SENT
 
 
-def test_a_wrong_password_is_one_sentence_not_a_hang(sasl):
-    s, env = sasl
+def test_a_wrong_password_is_one_sentence_not_a_hang(secured):
+    s, env = secured
     bad = wrong(env)
     started = time.monotonic()
     with pytest.raises(kafka_client.LoginRefused) as err:
@@ -105,31 +154,47 @@ def test_a_wrong_password_is_one_sentence_not_a_hang(sasl):
     assert took < 30, f"the simulator took {took:.0f} s to give up"
 
 
-def test_the_usage_job_reads_its_decisions_over_sasl(sasl, tmp_path):
-    s, env = sasl
-    topic = f"decisions-{uuid.uuid4().hex[:8]}"
-    ensure_topics([topic], s=s)
-    job = JobProcess(job_env(tmp_path, topic, env))
-    job.start(timeout=180)
+def test_both_jobs_decide_and_count_over_sasl_ssl_and_the_auditor_agrees(secured, sent):
+    """The fraud job decides the simulator's transactions (Spark's Kafka source; its decisions in a
+    Kafka transaction), the usage job counts those decisions as they come (started beside it), and
+    the consistent-cut audit finds nothing lost or twice in either, all over SASL_SSL."""
+    s, env = secured
+    jobs = job_env(s.run_dir, s.topics.decisions, env)
+    usage = JobProcess(jobs)
+    fraud = subprocess.Popen([sys.executable, "-m", "pipelines.fraud", "--available-now", "--trigger-seconds", "0.5"],
+                             cwd=ROOT, env=jobs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        produce(s, topic, [decision(i, i % 4 == 0) for i in range(200)])
-        db = connect(tmp_path / "cardstream.db")
+        usage.start(timeout=180)
+        out, _ = fraud.communicate(timeout=240)
+        assert fraud.returncode == 0, out[-3000:]
+        db = connect(s.store_path)
+        try:
+            decided, flagged = db.execute("SELECT count(*), coalesce(sum(is_fraud), 0) FROM decisions").fetchone()
+            assert decided > SENT * 0.8, (decided, out[-2000:])  # the rest: the simulator's malformed inputs
 
-        def counted():
-            c = counts(db)
-            return c if all(v["processed"] >= 200 for v in c.values()) else None
+            def counted():
+                c = counts(db)
+                return c if c["exactly-once"]["processed"] >= decided else None
 
-        got = wait_for(counted, 120, "the usage job to count 200 decisions read over SASL")
-        assert all(v == {"processed": 200, "fraud": 50} for v in got.values()), got
-        db.conn.close()
+            got = wait_for(counted, 120, f"the usage job to count the fraud job's {decided} decisions")
+            assert got["exactly-once"] == {"processed": decided, "fraud": flagged}, got
+            audit = snapshot(s, db)
+        finally:
+            db.conn.close()
     finally:
-        job.stop()
+        fraud.kill()
+        usage.stop()
+    f = audit["fraud"]
+    assert (f["truth"], f["observed"], f["lost"], f["topic_lost"], f["duplicated"]) == (decided, decided, 0, 0, 0), f
+    u = audit["usage"]["exactly-once"]
+    assert (u["truth"], u["lost"], u["duplicated"]) == (decided, 0, 0), u
 
 
-def test_spark_reads_and_writes_kafka_over_sasl(sasl, sent, spark):
-    s, env = sasl
+def test_spark_reads_and_writes_kafka_over_sasl_ssl(secured, sent, spark):
+    s, env = secured
     opts = kafka_client.spark_options(s)
-    assert opts["kafka.security.protocol"] == "SASL_PLAINTEXT" and opts["kafka.sasl.mechanism"] == "PLAIN"
+    assert opts["kafka.security.protocol"] == "SASL_SSL" and opts["kafka.sasl.mechanism"] == "PLAIN"
+    assert opts["kafka.ssl.truststore.type"] == "PEM"  # the CA file kafka-python trusts, read by Java too
     read = spark.read.format("kafka").options(**opts).option("subscribe", sent).load()
     rows = read.selectExpr("key", "value").collect()
     assert len(rows) == SENT

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from infra.histories import HANDBOOK
-from pipelines.fraud.features import HISTORY_FEATURES, LABEL_SCHEMA, STREAM_FEATURES, with_history
+from pipelines.fraud.features import CARD_HISTORY, HISTORY_FEATURES, LABEL_SCHEMA, STREAM_FEATURES, with_history
 from pipelines.fraud.handbook import history_features
 from pipelines.fraud.state import SCORED_DDL
 
@@ -88,14 +88,18 @@ def test_card_and_terminal_windows_match_pandas_across_batches(spark, settings, 
 
     import pyarrow as pa
     cast = {"txn_id": pa.string()}
-    got = {}
+    got, histories = {}, {}
+
+    def keep(rows):
+        got.update({r["txn_id"]: r for r in rows})
+        histories.update({r["card_id"]: r[CARD_HISTORY] for r in rows if r[CARD_HISTORY] is not None})
 
     def run():
         scored_stream = spark.readStream.schema(schema).parquet(str(src / "*"))
         label_stream = spark.readStream.schema(label_schema).parquet(str(lab / "*"))
-        out = with_history(scored_stream, label_stream, SCORED_DDL, 24 * 3_600_000, delay)
+        out = with_history(scored_stream, label_stream, SCORED_DDL, 24 * 3_600_000, delay, card_history=True)
         q = (out.writeStream.option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .foreachBatch(lambda df, _: got.update({r["txn_id"]: r for r in df.collect()}))
+             .foreachBatch(lambda df, _: keep(df.collect()))
              .trigger(availableNow=True).start())
         assert q.awaitTermination(240) and q.exception() is None
 
@@ -122,3 +126,15 @@ def test_card_and_terminal_windows_match_pandas_across_batches(spark, settings, 
     # ... nor are the further ones: payments far over their card's past, terminals with known frauds
     assert (frame["c_over_mean_14d"] > 0).sum() > 100 and (frame["c_amount_z_60d"] > 3).sum() > 100
     assert (frame["t_frauds_28d"] > 1).sum() > 10 and frame["t_days_since_fraud"].between(0, 14, inclusive="neither").sum() > 100
+    # each card's last row of a batch carries its state after it (issue 35 item 2: the real-time
+    # seed's card history): after the second batch, its last 60 days with each payment's
+    # over-the-mean flag (amount over 2.5x its 30-day past mean), from their definitions
+    want_history, day = {}, 86_400_000
+    for card, rows in scored.sort_values(["event_time", "txn_id"]).groupby("card_id", sort=False):
+        kept = []
+        for t, a in zip(rows["event_time"].astype("int64"), rows["amount_cents"].astype("int64")):
+            past = [v for u, v, _ in kept if t - 30 * day < u <= t]
+            kept.append((int(t), int(a), int(bool(past) and 2 * a * len(past) > 5 * sum(past))))
+        kept = [x for x in kept if x[0] > kept[-1][0] - 60 * day]
+        want_history[card] = ";".join(",".join(str(x[k]) for x in kept) for k in range(3))
+    assert histories == want_history

@@ -62,6 +62,51 @@ def test_sasl_users_make_the_client_listener_sasl_plain_with_the_first_user_as_t
     assert 'user_broker="b-secret"' in jaas and 'user_app="a-secret"' in jaas and jaas.endswith(";")
 
 
+def test_a_keystore_makes_the_client_listener_ssl_trusting_the_clients_ca_between_brokers(tmp_path):
+    keystore, ca = tmp_path / "broker.p12", tmp_path / "ca.pem"
+    keystore.write_bytes(b"made by keytool")
+    env = {"CARDSTREAM_RUN_DIR": str(tmp_path), "KAFKA_PORT": "29120", "KAFKA_CONTROLLER_PORT": "29121",
+           "KAFKA_BROKER_SSL_KEYSTORE": str(keystore), "KAFKA_BROKER_SSL_KEYSTORE_PASSWORD": "ks-pw",
+           "KAFKA_SSL_CAFILE": str(ca)}
+    s = load(env)
+    assert broker.client_listener(s) == "SSL"
+    p = props(broker.render_properties(s, 0, tmp_path / "data"))
+    assert p["listeners"] == "SSL://127.0.0.1:29120,CONTROLLER://127.0.0.1:29121"
+    assert p["listener.security.protocol.map"] == "SSL:SSL,CONTROLLER:PLAINTEXT"
+    assert p["inter.broker.listener.name"] == "SSL"
+    assert (p["ssl.keystore.type"], p["ssl.keystore.location"]) == ("PKCS12", str(keystore))
+    assert p["ssl.keystore.password"] == p["ssl.key.password"] == "ks-pw"
+    assert (p["ssl.truststore.type"], p["ssl.truststore.location"]) == ("PEM", str(ca))
+    assert not any(k.startswith("sasl") or "jaas" in k for k in p)
+
+    jks = tmp_path / "broker.jks"
+    jks.write_bytes(b"made by keytool")
+    s = load({**env, "KAFKA_BROKER_SSL_KEYSTORE": str(jks), "KAFKA_BROKER_SASL_USERS": "broker:b,app:a"})
+    assert broker.client_listener(s) == "SASL_SSL"
+    p = props(broker.render_properties(s, 0, tmp_path / "data"))
+    assert p["listeners"] == "SASL_SSL://127.0.0.1:29120,CONTROLLER://127.0.0.1:29121"
+    assert p["inter.broker.listener.name"] == "SASL_SSL" and p["ssl.keystore.type"] == "JKS"
+    assert 'username="broker" password="b"' in p["listener.name.sasl_ssl.plain.sasl.jaas.config"]
+    assert p["sasl.enabled.mechanisms"] == "PLAIN"
+
+
+@pytest.mark.parametrize("keystore, password, said", [
+    ("missing.p12", "pw", "KAFKA_BROKER_SSL_KEYSTORE={} is not a file; make one with the JDK's keytool"),
+    ("broker.p12", None, "KAFKA_BROKER_SSL_KEYSTORE needs its password in KAFKA_BROKER_SSL_KEYSTORE_PASSWORD"),
+    ("broker.p12", "a\\b", "KAFKA_BROKER_SSL_KEYSTORE needs its password in KAFKA_BROKER_SSL_KEYSTORE_PASSWORD"),
+])
+def test_an_unusable_keystore_setting_is_one_sentence_before_anything_starts(tmp_path, keystore, password, said):
+    (tmp_path / "broker.p12").write_bytes(b"made by keytool")
+    env = {"CARDSTREAM_RUN_DIR": str(tmp_path), "KAFKA_PORT": "29120", "KAFKA_CONTROLLER_PORT": "29121",
+           "KAFKA_BROKER_SSL_KEYSTORE": str(tmp_path / keystore)}
+    if password:
+        env["KAFKA_BROKER_SSL_KEYSTORE_PASSWORD"] = password
+    with pytest.raises(broker.BrokerError) as err:
+        broker.up(load(env), quiet=True)
+    assert str(err.value.code).startswith(said.format(tmp_path / keystore))
+    assert not (tmp_path / "kafka").exists()
+
+
 @pytest.mark.parametrize("text", ["app", "app:", ":pw", 'app:"x"', "app:a b", "app:pw,"])
 def test_a_bad_sasl_users_setting_is_one_sentence(text):
     with pytest.raises(broker.BrokerError) as err:

@@ -45,7 +45,7 @@ def test_offsets_outside_the_topic_are_clamped():
 
 
 def test_the_seed_lists_each_card_on_its_kafka_partition_and_ends_with_a_marker():
-    profiles = [("card-1", 3, 2500.0, 48.85, 2.35, NOW - 1_000, f"{NOW - 1_000}"),
+    profiles = [("card-1", 3, 2500.0, 48.85, 2.35, NOW - 1_000, f"{NOW - 1_000}", f"{NOW - 1_000};2500;0"),
                 ("card-2", None, None, None, None, None, ""),
                 ("bad\tid", 1, 1.0, 0.0, 0.0, NOW, "")]
     snap = seed.Snapshot(as_of=NOW, ends={0: 7}, profiles=profiles)
@@ -55,8 +55,8 @@ def test_the_seed_lists_each_card_on_its_kafka_partition_and_ends_with_a_marker(
     assert [c[2] for c in cards] == ["card-1", "card-2"]  # an id the file cannot hold is left out
     want = partitions_for([b"card-1", b"card-2"], 4).tolist()
     assert [int(c[1]) for c in cards] == want
-    assert cards[0][3:] == ["3", "2500.0", "48.85", "2.35", str(NOW - 1_000), str(NOW - 1_000)]
-    assert cards[1][3:] == ["", "", "", "", "", ""]
+    assert cards[0][3:] == ["3", "2500.0", "48.85", "2.35", str(NOW - 1_000), str(NOW - 1_000), f"{NOW - 1_000};2500;0"]
+    assert cards[1][3:] == ["", "", "", "", "", "", ""]
     (limits,) = [ln for ln in lines if ln.startswith("limits\t")]
     pairs = dict(p.split("=") for p in limits.split("\t")[1:])
     assert pairs["ttl_ms"] == "60000" and pairs["velocity_window_ms"] == "60000"
@@ -134,3 +134,30 @@ def test_the_seed_says_its_cut_and_the_topic_partitions():
     assert f"cut\t{NOW - 5_000}" in lines and "partitions\t4" in lines
     fresh = list(seed.seed_lines("tx", seed.Snapshot(), seed.Plan({0: 0}, {0: 0}, {}), DEFAULT_LIMITS, 1, 4, now=NOW))
     assert f"cut\t{NOW}" in fresh
+
+
+def test_cards_quiet_past_the_state_ttl_are_seeded_with_their_history_only(store):
+    """Issue 35 item 2: the stateful path keeps a card's event-time windows (61 days) long after
+    its analyzers' profile (STATE_TTL_MINUTES): the seed brings the history of such a card, not
+    its stale profile, and a card with neither is left out."""
+    from controlplane.store import transaction
+
+    with transaction(store) as conn:
+        conn.execute("INSERT INTO card_profile_cuts (sink, checkpoint_id, batch_id, end_offsets, ts) "
+                     "VALUES ('fraud', 'cp', 1, '{\"tx\": {\"0\": 7}}', ?)", [NOW - 1_000])
+        conn.executemany("INSERT INTO card_profiles (card_id, count, mean, times, history, updated_at) "
+                         "VALUES (?, 4, 10.0, '1,2', ?, ?)",
+                         [("alive", "5;100;0", NOW - 59_000), ("quiet", "3;900;1", NOW - 61_000),
+                          ("gone", None, NOW - 61_000), ("expired", "1;1;0", NOW - 200_000)])
+    snap = seed.read_snapshot(store, "fraud", "tx", now=NOW, ttl_ms=60_000, history_ttl_ms=120_000)
+    got = {r[0]: r for r in snap.profiles}
+    assert set(got) == {"alive", "quiet"}
+    assert got["alive"] == ("alive", 4, 10.0, None, None, None, "1,2", "5;100;0")
+    assert got["quiet"] == ("quiet", None, None, None, None, None, "", "3;900;1")
+    # every seeded card carries its history: the windows are whole since the companion's table says
+    assert seed.history_from(snap, -5) == -5 and seed.history_from(snap, None) is None
+    old = seed.Snapshot(as_of=NOW, ends={0: 7}, profiles=[("written-before", 1, 1.0, None, None, None, "", None)])
+    assert seed.history_from(old, -5) is None
+    lines = list(seed.seed_lines("tx", snap, seed.Plan({0: 7}, {0: 7}, {}), DEFAULT_LIMITS, 60_000, 4,
+                                 history_from=-5, history_ttl_ms=120_000))
+    assert "history_from\t-5" in lines and "history_ttl\t120000" in lines

@@ -160,11 +160,16 @@ def test_the_ledger_keeps_what_a_restart_can_consult_and_prunes_the_rest(store, 
     assert housekeeping.prune_ledger(store, s, NOW) == 0
 
 
-def test_card_profiles_older_than_the_state_ttl_go(store, tmp_path):
+def test_card_profiles_older_than_the_history_ttl_go(store, tmp_path):
+    """A card keeps its row while the stateful path keeps its event-time windows (61 days with
+    the 60-day card history), long after its analyzers' profile (STATE_TTL_MINUTES)."""
     from infra.config import load
 
-    s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "STATE_TTL_MINUTES": "60"})
-    store["card_profiles"].insert_all([{"card_id": f"c{i}", "count": 1, "updated_at": NOW - i * 20 * 60_000}
-                                       for i in range(6)], pk="card_id")
-    assert housekeeping.prune_profiles(store, s, NOW, batch=1) == 2  # 80 and 100 min old; 60 min is the edge
-    assert sorted(r[0] for r in store.execute("SELECT card_id FROM card_profiles")) == ["c0", "c1", "c2", "c3"]
+    s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "STATE_TTL_MINUTES": "60", "LABEL_DELAY_DAYS": "7"})
+    day = 86_400_000
+    store["card_profiles"].insert_all([{"card_id": f"c{i}", "count": 1, "updated_at": NOW - i * 20 * day}
+                                       for i in range(5)] + [{"card_id": "c5", "count": 1, "updated_at": NOW - 61 * day},
+                                                         {"card_id": "c6", "count": 1, "updated_at": NOW - 62 * day}],
+                                      pk="card_id")
+    assert housekeeping.prune_profiles(store, s, NOW, batch=1) == 2  # 80 and 62 days old; 61 days is the edge
+    assert sorted(r[0] for r in store.execute("SELECT card_id FROM card_profiles")) == ["c0", "c1", "c2", "c3", "c5"]

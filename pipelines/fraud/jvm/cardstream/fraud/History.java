@@ -183,6 +183,13 @@ public final class History {
         return kept;
     }
 
+    static Row withValue(Row r, Object value) {
+        Object[] values = new Object[r.length() + 1];
+        for (int i = 0; i < r.length(); i++) values[i] = r.get(i);
+        values[r.length()] = value;
+        return RowFactory.create(values);
+    }
+
     static Row withFeatures(Row r, int drop, double[] features) {
         int keep = r.length() - (drop >= 0 ? 1 : 0);
         Object[] values = new Object[keep + features.length];
@@ -205,22 +212,50 @@ public final class History {
      * CARD_PAST_FEATURES (features.py); the state keeps CARD_LONGEST days of each card.
      */
     public static Dataset<Row> cardWindows(Dataset<Row> scored, String outDdl, long ttlMs) {
+        return cardWindows(scored, outDdl, ttlMs, false);
+    }
+
+    /**
+     * The same; when `outDdl` ends with the string column HISTORY_COLUMN, it is null but on each
+     * card's last row of a batch, where `keepHistory` puts the card's state after the batch
+     * (historyText): a real-time start seeds its card windows with it (pipelines/fraud/seed.py).
+     */
+    public static Dataset<Row> cardWindows(Dataset<Row> scored, String outDdl, long ttlMs, boolean keepHistory) {
         StructType out = StructType.fromDDL(outDdl);
         StructType in = scored.schema();
         int card = in.fieldIndex("card_id");
+        boolean column = out.fieldNames()[out.length() - 1].equals(HISTORY_COLUMN);
         return scored
             .groupByKey((MapFunction<Row, String>) r -> r.getString(card), Encoders.STRING())
-            .transformWithState(new CardProcessor(in, ttlMs), TimeMode.ProcessingTime(), OutputMode.Append(),
-                                Encoders.row(out));
+            .transformWithState(new CardProcessor(in, ttlMs, column, keepHistory), TimeMode.ProcessingTime(),
+                                OutputMode.Append(), Encoders.row(out));
+    }
+
+    static final String HISTORY_COLUMN = "c_history";
+
+    /** A card's history as "times;amounts;over" (comma-separated longs each; LiveProfiles.history reads it). */
+    static String historyText(long[] times, long[] amounts, long[] over, int from, int to) {
+        StringBuilder b = new StringBuilder((to - from) * 22 + 2);
+        for (long[] values : new long[][] {times, amounts, over}) {
+            if (values != times) b.append(';');
+            for (int i = from; i < to; i++) {
+                if (i > from) b.append(',');
+                b.append(values[i]);
+            }
+        }
+        return b.toString();
     }
 
     static final class CardProcessor extends StatefulProcessor<String, Row, Row> {
         private final long ttlMs;
         private final int eventTime, amount, txnId;
+        private final boolean column, keepHistory;
         private transient ValueState<Row> state;
 
-        CardProcessor(StructType in, long ttlMs) {
+        CardProcessor(StructType in, long ttlMs, boolean column, boolean keepHistory) {
             this.ttlMs = ttlMs;
+            this.column = column;
+            this.keepHistory = keepHistory;
             eventTime = in.fieldIndex("event_time");
             amount = in.fieldIndex("amount_cents");
             txnId = in.fieldIndex("txn_id");
@@ -266,6 +301,12 @@ public final class History {
             while (first < n && times[first] <= from) first++;
             state.update(RowFactory.create(Arrays.copyOfRange(times, first, n), Arrays.copyOfRange(amounts, first, n),
                                            Arrays.copyOfRange(over, first, n)));
+            if (column) {
+                for (int i = 0; i < out.size(); i++) {
+                    String history = keepHistory && i == out.size() - 1 ? historyText(times, amounts, over, first, n) : null;
+                    out.set(i, withValue(out.get(i), history));
+                }
+            }
             return scala.jdk.javaapi.CollectionConverters.asScala(out.iterator());
         }
     }

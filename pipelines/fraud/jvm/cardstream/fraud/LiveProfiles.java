@@ -122,6 +122,9 @@ public final class LiveProfiles {
         final Map<Integer, Map<String, Card>> cards = new HashMap<>();
         long cut = Long.MIN_VALUE;   // when the seeded profiles were whole (ms)
         int partitions;              // the topic's partitions (0: unknown)
+        // the seeded cards' histories hold every payment from this event time on (MAX: not known)
+        long historyFrom = Long.MAX_VALUE;
+        long historyTtlMs = -1;      // a quiet card keeps its history this long (-1: the limits' ttl)
 
         Seed(String path) { this.path = path; }
     }
@@ -198,7 +201,7 @@ public final class LiveProfiles {
                 }
                 part.foldFrom = offset + 1;
                 if (++part.folds % SWEEP_EVERY == 0) {
-                    sweep(part, now - l.ttlMs);
+                    sweep(part, now - l.ttlMs, now - (seed.historyTtlMs < 0 ? l.ttlMs : seed.historyTtlMs));
                 }
             }
             Decided out = new Decided();
@@ -419,6 +422,8 @@ public final class LiveProfiles {
             Long hole = seed.holes.get(partition);
             if (hole != null) p.holeFrom = hole;
             if (p.foldFrom == 0 && hole == null) p.historyFrom = Long.MIN_VALUE;  // it folds the whole topic
+            // the seed's card histories are whole since then, and it folds every record after them
+            else if (hole == null) p.historyFrom = seed.historyFrom;
             Map<String, Card> cards = seed.cards.get(partition);
             if (cards != null) {
                 for (Map.Entry<String, Card> e : cards.entrySet()) p.cards.put(e.getKey(), e.getValue().copy());
@@ -428,9 +433,18 @@ public final class LiveProfiles {
         }
     }
 
-    private static void sweep(Part part, long before) {
+    /** As the stateful path's TTLs: a card quiet since `before` loses its analyzers' profile, one
+     * quiet since `historyBefore` (longer) its event-time history too. */
+    private static void sweep(Part part, long before, long historyBefore) {
         for (Iterator<Card> it = part.cards.values().iterator(); it.hasNext(); ) {
-            if (it.next().lastSeenMs < before) it.remove();
+            Card c = it.next();
+            if (c.lastSeenMs >= before) continue;
+            if (c.lastSeenMs < historyBefore || c.histTimes.length == 0) {
+                it.remove();
+            } else if (c.hasTicket || c.hasPlace || c.times.length > 0) {
+                c.hasTicket = false; c.count = 0; c.mean = 0;
+                c.hasPlace = false; c.times = new long[0];
+            }
         }
     }
 
@@ -468,6 +482,8 @@ public final class LiveProfiles {
                     case "hole": s.holes.put(Integer.parseInt(f[1]), Long.parseLong(f[2])); break;
                     case "cut": s.cut = Long.parseLong(f[1]); break;
                     case "partitions": s.partitions = Integer.parseInt(f[1]); break;
+                    case "history_from": s.historyFrom = Long.parseLong(f[1]); break;
+                    case "history_ttl": s.historyTtlMs = Long.parseLong(f[1]); break;
                     case "card": s.cards.computeIfAbsent(Integer.parseInt(f[1]), k -> new HashMap<>()).put(f[2], card(f, s.cut)); break;
                     case "end-of-seed": ended = true; break;
                     default: throw new IOException("unknown line in the seed: " + f[0]);
@@ -492,6 +508,13 @@ public final class LiveProfiles {
             c.placeTime = Long.parseLong(f[7]);
         }
         c.times = parseTimes(f[8]);
+        if (f.length > 9 && !f[9].isEmpty()) {
+            // the stateful path's card history (History.historyText): "times;amounts;over"
+            String[] h = f[9].split(";", -1);
+            c.histTimes = parseTimes(h[0]);
+            c.histAmounts = parseTimes(h[1]);
+            c.histOver = parseTimes(h[2]);
+        }
         c.lastSeenMs = System.currentTimeMillis();
         c.asOf = cut;
         return c;
