@@ -1,12 +1,18 @@
 """The quality bench's arithmetic (bench/quality.py) and the latency bench's (bench/latency.py):
 average precision as scikit-learn computes it, figures per pattern, the join with the labels,
-end-to-end latency from append times with undecided and duplicated decisions counted."""
+end-to-end latency from append times with undecided and duplicated decisions counted; where the
+quality bench's learned model is trained (never on the evaluation set, labels only after the delay)."""
 from __future__ import annotations
 
+import datetime as dt
+
+import pandas as pd
 import pytest
 
 from bench.latency import behind_schedule, latency_figures
-from bench.quality import average_precision, join, pattern_figures
+from bench.quality import DAY_MS, average_precision, join, pattern_figures, training_plan, training_set
+from pipelines.fraud import handbook
+from simulator import evaluation
 
 
 def test_average_precision_by_hand():
@@ -67,3 +73,31 @@ def test_behind_schedule_takes_off_the_clock_anchor():
     tx = {"a": 1_500, "b": 2_500, "c": 3_900}
     assert behind_schedule(tx, {"a": 1_000, "b": 2_000, "c": 3_000}) == 400   # anchor 500, c sent 400 late
     assert behind_schedule(tx, {}) is None
+
+
+def test_the_model_trains_on_other_traffic_whose_labels_are_known_before_the_evaluation_starts():
+    end = int(dt.datetime(2026, 11, 25, 14, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    start = end - 3 * DAY_MS                                          # the evaluation: 11-22 14:30 .. 11-25 14:30
+    plan = training_plan(start, 3.0, 7, evaluation.SEED)
+    assert (plan.train_from, plan.train_to) == (dt.date(2026, 11, 9), dt.date(2026, 11, 14))
+    # train's default --as-of (the day after --to plus the delay): the model is live before the set
+    as_of = dt.datetime.combine(plan.train_to + dt.timedelta(days=1 + 7), dt.time(), dt.timezone.utc)
+    assert plan.as_of_ms == int(as_of.timestamp() * 1000) <= start
+    seeds = [g.seed for g in plan.segments]
+    assert len(set(seeds)) == 4 and evaluation.SEED not in seeds
+    # two segments fill the training window, two train's validation window (shifted back 7 + 6 days)
+    protocol = handbook.Protocol(plan.train_from, 6, 7, 6)
+    windows = [protocol.validation().train] * 2 + [protocol.train] * 2
+    txns, labels = training_set(plan, 30)
+    for g, w in zip(plan.segments, windows):
+        times = [t["event_time"] for t in txns if t["txn_id"].startswith(f"{g.prefix}-{g.seed}-")]
+        assert times and w.mask(pd.Series(pd.to_datetime(times, unit="ms"))).all()
+    assert [t["event_time"] for t in txns] == sorted(t["event_time"] for t in txns)
+    assert max(t["event_time"] for t in txns) < plan.as_of_ms
+    assert all(lab["known_at"] == lab["event_time"] + 7 * DAY_MS for lab in labels)
+    assert [lab["txn_id"] for lab in labels] == [t["txn_id"] for t in txns]
+    assert any(lab["is_fraud"] for lab in labels)
+    # nothing of the evaluation set: not a payment, a card or a terminal
+    ev_txns, _ = evaluation.evaluation_set(evaluation.SEED, 30, end, 3.0)
+    for field in ("txn_id", "card_id", "merchant_id"):
+        assert not {t[field] for t in txns} & {t[field] for t in ev_txns}
