@@ -20,7 +20,7 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
 from infra import kafka_client
+from infra.config import load
 from infra.partitioner import partitions_for
 
 # The kafka-python releases whose accumulator internals the bulk path was written against.
@@ -147,6 +148,13 @@ class Producer:
         if not reachable(bootstrap, connect_timeout):
             raise ProducerError(f"Cannot reach the Kafka broker at {bootstrap}: start it with `make kafka-up`, "
                                 f"or point KAFKA_BOOTSTRAP at a running one.")
+        # a refused login is said at once (a raw SASL exchange), not after the client's bootstrap timeout
+        try:
+            refused = kafka_client.login_error(replace(load(), external_bootstrap=bootstrap))
+        except kafka_client.UnreadableCAFile as exc:
+            raise ProducerError(str(exc)) from None
+        if refused:
+            raise ProducerError(refused)
         try:
             self.kp = KafkaProducer(
                 **{**kafka_client.client_config(), "bootstrap_servers": bootstrap.split(",")}, client_id=client_id,
@@ -156,13 +164,8 @@ class Producer:
                 max_block_ms=15_000, bootstrap_timeout_ms=8_000,
                 reconnect_backoff_max_ms=1_000)  # back within a second of a broker restart
         except KafkaError as exc:
-            from dataclasses import replace
-
-            from infra.config import load
-
-            refused = kafka_client.login_error(replace(load(), external_bootstrap=bootstrap))
-            raise ProducerError(refused or f"The Kafka broker at {bootstrap} did not answer as a Kafka broker "
-                                           f"({type(exc).__name__}).") from None
+            raise ProducerError(f"The Kafka broker at {bootstrap} did not answer as a Kafka broker "
+                                f"({type(exc).__name__}).") from None
         self.batch_bytes = batch_bytes
         self.max_outstanding = max_outstanding
         self.bulk = self._bulk_supported() if bulk is None else bulk
