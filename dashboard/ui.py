@@ -96,6 +96,15 @@ def append_latencies(bootstrap: str, decisions_topic: str, transactions_topic: s
     return kafka.append_latencies(settings(), decisions_topic, transactions_topic)
 
 
+@st.cache_data(ttl=5, show_spinner=False)
+def rt_decisions(bootstrap: str, topic: str) -> list[dict]:
+    """The newest real-time decisions of `topic` as their JSON (they live in Kafka only; cached a
+    few seconds, `bootstrap` keys the cache)."""
+    from dashboard.data.fraud import RT_ROWS, rt_decision
+
+    return kafka.newest_records(settings(), topic, rt_decision, RT_ROWS)
+
+
 @st.cache_data(ttl=30, show_spinner=False)
 def recent_labels(bootstrap: str, topic: str) -> list[tuple[str, int]]:
     """(txn_id, is_fraud) of the newest labels in `topic` (cached half a minute: the Model page's

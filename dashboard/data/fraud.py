@@ -124,3 +124,48 @@ def rt_fault_marks(db, now: int | None = None, minutes: float = 30) -> pd.DataFr
                    f"ORDER BY id LIMIT 500", [*RT_FAULTS, JOB, since(now, minutes)])
     df["time"] = to_time(df["started_at"].fillna(df["issued_at"]))
     return df
+
+
+# --- the real-time path's decisions (decisions-rt: in Kafka only) --------------------------------
+
+RT_ROWS = 2_000  # the newest real-time decisions the page reads
+
+
+def rt_decision(record) -> dict | None:
+    """A `decisions-rt` record's JSON (as the real-time path writes it: a null field is absent),
+    or None for one that is not a decision."""
+    import json
+
+    value = json.loads(record.value)
+    return value if isinstance(value, dict) and "txn_id" in value else None
+
+
+def rt_frame(records: list[dict]) -> pd.DataFrame:
+    """The real-time decisions read (one per transaction: its newest, a resend counted once),
+    newest first: txn_id, card_id, amount, decided, score, is_fraud, model_version, explanation,
+    model_why (None when the model decided, or no model was in use)."""
+    columns = ["txn_id", "card_id", "amount_cents", "decided_at", "score", "is_fraud", "model_version",
+               "explanation", "model_why"]
+    df = pd.DataFrame([{c: r.get(c) for c in columns} for r in records], columns=columns)
+    df = df.drop_duplicates("txn_id", keep="last")
+    df["model_version"] = pd.to_numeric(df["model_version"], errors="coerce").fillna(0).astype(int)
+    df["is_fraud"] = df["is_fraud"].fillna(False).astype(bool)
+    df["amount"] = df["amount_cents"] / 100
+    df["decided"] = to_time(df["decided_at"])
+    return df.sort_values("decided_at", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def rt_deciders(df: pd.DataFrame) -> dict:
+    """Who made the real-time decisions of `df`: {decisions, model: {version: count}, rules, why:
+    {reason: count}}; a reason is the decision's `model_why` with its per-payment details as "…"
+    (realtime.why_kind), the rules' decisions without one counted under None (no model in use)."""
+    from pipelines.fraud.realtime import why_kind
+
+    learned = df[df["model_version"] > 0]
+    rules = df[df["model_version"] <= 0]
+    why: dict = {}
+    for sentence in rules["model_why"]:
+        kind = why_kind(sentence) if isinstance(sentence, str) and sentence else None
+        why[kind] = why.get(kind, 0) + 1
+    return {"decisions": len(df), "model": {int(v): int(n) for v, n in learned["model_version"].value_counts().sort_index().items()},
+            "rules": len(rules), "why": dict(sorted(why.items(), key=lambda kv: -kv[1]))}

@@ -7,7 +7,7 @@ import streamlit as st
 
 from dashboard import charts, fmt, measured, ui
 from dashboard.data import fraud as data
-from dashboard.data import quality
+from dashboard.data import kafka, quality
 from dashboard.data.store import now_ms, to_time
 from dashboard.views import text
 
@@ -43,6 +43,7 @@ def draw(db, s):
     else:
         ui.no_data("the auditor has not compared decisions with the labels yet.")
     paths(db, now)
+    realtime(db, s)
     measured.draw(db)
     flagged = data.flagged(db, 50)
     if flagged.empty:
@@ -56,7 +57,7 @@ def draw(db, s):
             ui.no_data("no precision or recall measured in the last 30 minutes.")
         else:
             st.plotly_chart(charts.quality(series), width="stretch")
-    st.subheader("Recently flagged")
+    st.subheader("Recently flagged (the stateful path)")
     flagged = flagged.assign(why=[text.reasons(e) for e in flagged["explanation"]])
     st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", "why", *data.SCORE_COLUMNS, "score",
                           "model_version", "latency_ms"]],
@@ -79,6 +80,53 @@ def draw(db, s):
                                 **{c: st.column_config.ProgressColumn(c.removeprefix("score_").replace("_", " "),
                                                                       min_value=0, max_value=1, format="%.2f")
                                    for c in [*data.SCORE_COLUMNS, "score"]}})
+
+
+WHY_HELP = ("Each reason's share of the score's explanation: a logistic regression's coefficient × (value − training "
+            "mean), a tree ensemble's path attribution (Saabas), the rules' analyzer scores.")
+
+
+def realtime(db, s):
+    """The real-time path's decisions (in Kafka only): who made them, counted from the newest ones
+    (the model in use, or the rules with the one-sentence reason), and the ones it flagged, each
+    with its reasons in words and, when the rules decided although a model was in use, why."""
+    if data.rt_runs(db, 1).empty:
+        return  # the Overview says it: the job has not run in real-time mode
+    topic = s.topics.decisions_rt
+    st.subheader("Real-time path: who decided, and why")
+    try:
+        df = data.rt_frame(ui.rt_decisions(s.kafka_bootstrap, topic))
+    except kafka.BrokerDown as exc:
+        st.warning(f"The real-time decisions are unknown: they live only in Kafka (`{topic}`) — {exc}.",
+                   icon=":material/cloud_off:")
+        return
+    if df.empty:
+        ui.no_data(f"no decision in `{topic}` yet.")
+        return
+    st.markdown(text.rt_deciders(data.rt_deciders(df), topic))
+    flagged = df[df["is_fraud"]].head(50)
+    if flagged.empty:
+        ui.no_data(f"none of the newest {fmt.count(len(df))} real-time decisions flagged a transaction.")
+        return
+    flagged = flagged.assign(why=[text.reasons(e) for e in flagged["explanation"]],
+                             decided_by=[f"model {v}" if v > 0 else "rules (model 0)" for v in flagged["model_version"]],
+                             rules_because=[w if isinstance(w, str) and w else fmt.NONE for w in flagged["model_why"]])
+    fell_back = (flagged["rules_because"] != fmt.NONE).any()  # the column only when a sentence is there to read
+    st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", "score", "decided_by",
+                          *(["rules_because"] if fell_back else []), "why"]],
+                 hide_index=True, width="stretch", height=300,
+                 column_config={"decided": st.column_config.DatetimeColumn("decided (UTC)", format="HH:mm:ss"),
+                                "why": st.column_config.TextColumn("why: its three largest reasons", width="large",
+                                                                   help=WHY_HELP),
+                                "decided_by": st.column_config.TextColumn(
+                                    "decided by", help="The aggregator that decided on the real-time path."),
+                                "rules_because": st.column_config.TextColumn(
+                                    "the rules, because", width="medium",
+                                    help="Why the rules decided although a model was in use (the real-time path "
+                                         "could not serve one of its features), in one sentence."),
+                                "amount": st.column_config.NumberColumn(format="localized"),
+                                "score": st.column_config.ProgressColumn("score", min_value=0, max_value=1,
+                                                                         format="%.2f")})
 
 
 def paths(db, now):

@@ -445,3 +445,21 @@ def not_measured(model: dict | None) -> str:
     parts.append("each event-time feature's separation of the labelled traffic on its own is not measured here "
                  "either: the features are in the Kafka feature log (`features`), not in the store")
     return "; ".join(parts) + "."
+
+
+def rt_deciders(who: dict, topic: str) -> str:
+    """Who made the newest real-time decisions, counted from them (dashboard.data.fraud.rt_deciders):
+    "Of the newest 2,000 real-time decisions in `decisions-rt`: 1,850 by model 2, 150 by the rules
+    (92.5 % by a model). Why the rules: 140 — terminal … has no features …; 10 — …"."""
+    n = who["decisions"]
+    parts = [f"{fmt.count(c)} by model {v}" for v, c in who["model"].items()]
+    if who["rules"]:
+        parts.append(f"{fmt.count(who['rules'])} by the rules")
+    share = sum(who["model"].values()) / n if n else None
+    out = (f"Of the newest {fmt.count(n)} real-time decisions in `{topic}`: {', '.join(parts)} "
+           f"({fmt.percent(share)} by a learned model).")
+    reasons = [f"{fmt.count(c)} — {kind}" if kind else f"{fmt.count(c)} — no model in use (the rules are model 0)"
+               for kind, c in who["why"].items()]
+    if reasons:
+        out += " Why the rules decided: " + "; ".join(reasons) + "."
+    return out

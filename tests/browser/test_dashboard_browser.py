@@ -22,23 +22,38 @@ from controlplane.store import connect
 from dashboard import fmt
 from infra import kafka_client
 from infra.config import load
-from tests.harness.append_times import decision, latencies, transaction
+from tests.harness.append_times import decision, latencies, transaction, transaction_doc
 from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, kafka_badge, settle, streamlit
-from tests.harness.dashboard_seed import (FAULT_BATCH, RATE, label_records, seed_bench_runs, seed_first_minute,
-                                          seed_models, seed_store, simulator_labels)
+from tests.harness.dashboard_seed import (FAULT_BATCH, MODEL_RUNS, RATE, RT_UNPUBLISHED, label_records, rt_decision,
+                                          seed_bench_runs, seed_first_minute, seed_models, seed_realtime, seed_store,
+                                          simulator_labels)
 
 # the seeded walk's pages: the live walk's (PAGES) and the Model page, which tests/e2e/test_standby.py's
 # LIVE does not list yet
 WALK = {**PAGES, "model": "model"}
 
 
+RT_VERSION = 2  # seed_models' newest: the real-time path serves it too
+RT_READ = 2_000  # the newest real-time decisions the Fraud page reads (dashboard.data.fraud.RT_ROWS)
+
+
+def rt_who(ends: dict[int, int]) -> tuple[int, int]:
+    """(by the model, by the rules) among the newest RT_READ real-time decisions the fill wrote:
+    the newest RT_READ / partitions of each partition, the rules' at terminal RT_UNPUBLISHED."""
+    each = RT_READ // len(ends)
+    newest = [transaction_doc(f"tx-{p}-{i}", 0) for p, n in ends.items() for i in range(max(0, n - each), n)]
+    rules = sum(t["merchant_id"] == RT_UNPUBLISHED for t in newest)
+    return len(newest) - rules, rules
+
+
 def pages(s) -> dict[str, list[str]]:
     """url path -> texts that must appear on it, from the seeded figures."""
     alo, eo = s.final["at-least-once"], s.final["exactly-once"]
     labels = simulator_labels(s)
+    by_model, by_rules = rt_who(s.topic_end["transactions"])
     return {
         "": ["Tx in /s", "Latency p99", "within 20 ms", "Kafka up", "Consumer lag", "Each command is a diamond",
-             "of the Spark processes link theirs", "Real-time path: none"],
+             "of the Spark processes link theirs", "Real-time path: the newest"],
         "guarantees": [fmt.count(alo["observed"]), fmt.count(eo["observed"]), f"applied batch {FAULT_BATCH} twice",
                        f"skipped the replay of batch {FAULT_BATCH}", "lost 0 · duplicated 0",
                        f"behind {fmt.count(alo['lag_records'])} records"],
@@ -48,7 +63,11 @@ def pages(s) -> dict[str, list[str]]:
                         "Per query", "the watermark trails the newest event by 30.0 s"],
         "fraud": [fmt.percent(s.fraud["precision"]), fmt.percent(s.fraud["recall"]), "Recently flagged",
                   "Quality on data the detector was not tuned on", "Card precision@100",
-                  "a consistency check, not the detector's quality", "Real-time path", "Undecided"],
+                  "a consistency check, not the detector's quality", "Real-time path", "Undecided",
+                  # issue 35 item 1: who made the real-time decisions, counted from decisions-rt, and why the rules
+                  f"Of the newest {fmt.count(by_model + by_rules)} real-time decisions",
+                  f"{fmt.count(by_model)} by model {RT_VERSION}, {fmt.count(by_rules)} by the rules",
+                  f"{fmt.count(by_rules)} — terminal … has no features from the stateful path yet"],
         # the labels read back from Kafka and joined with the store's decisions: every seeded one
         "model": ["Deciding with", "model 2", f"The newest {fmt.count(len(labels))} labels",
                   f"{fmt.count(len(labels))} decided, {fmt.count(sum(f for _, f in labels))} of them frauds",
@@ -60,12 +79,20 @@ def pages(s) -> dict[str, list[str]]:
 def fill(topics: dict[str, str], ends: dict[str, dict[int, int]], labels: list[dict]) -> None:
     """Put exactly the seeded end offsets into fresh topics, so the lag on the page is real: the
     transactions first, then a decision of each of the first ones (the broker stamps both, so the
-    Overview's latency is real too); and the simulator's labels of the seeded transactions into the
-    labels topic (keyed by txn_id)."""
+    Overview's latency is real too), then the real-time path's decision of every transaction
+    (`rt_decision`: model RT_VERSION's, or the rules' with the reason); and the simulator's labels
+    of the seeded transactions into the labels topic (keyed by txn_id)."""
     producer = kafka_client.producer(load(), linger_ms=20, batch_size=256_000)
     produced = now_ms()  # the simulator's stamp, before each send
-    for name, write in (("transactions", transaction), ("decisions", decision)):
-        for partition, count in ends.get(name, {}).items():
+    threshold = max(MODEL_RUNS[-1][1], key=lambda t: t["average_precision"])["threshold"]
+
+    def realtime(txn: str, at: int) -> bytes:
+        k = int(txn.rsplit("-", 1)[-1])
+        return json.dumps(rt_decision(transaction_doc(txn, at), k, now_ms(), RT_VERSION, threshold)).encode()
+
+    for name, write, source in (("transactions", transaction, "transactions"), ("decisions", decision, "decisions"),
+                                ("decisions_rt", realtime, "transactions")):
+        for partition, count in ends.get(source, {}).items():
             for i in range(count):
                 producer.send(topics[name], write(f"tx-{partition}-{i}", produced), partition=partition)
         producer.flush()  # a decision reaches Kafka after its transaction
@@ -80,12 +107,14 @@ def dashboard(tmp_path, kafka, topic, monkeypatch):
     """A real `streamlit run dashboard/app.py` on a free port, reading a seeded store."""
     monkeypatch.setenv("KAFKA_BOOTSTRAP", kafka)
     topics = {"transactions": topic("transactions", partitions=2), "decisions": topic("decisions", partitions=2),
-              "labels": topic("labels", partitions=2)}
+              "labels": topic("labels", partitions=2), "decisions_rt": topic("decisions-rt", partitions=2)}
     db_path = tmp_path / "browser.db"
     db = connect(db_path)
     # a little ahead of the clock, so "the last 10 s" still holds decisions when the pages open
     seeded = seed_store(db, now_ms() + 20_000, topics, checkpoint_root=tmp_path / "checkpoints")
     versions = seed_models(db, seeded.now)  # two versions trained, the job on the newest for 2 minutes
+    assert versions[-1] == RT_VERSION
+    seed_realtime(db, now_ms() - 1_000)  # its real-time path started before the fill's transactions
     seed_bench_runs(db, versions[-1])
     db.conn.close()
     fill(topics, seeded.topic_end, label_records(seeded))
@@ -94,7 +123,7 @@ def dashboard(tmp_path, kafka, topic, monkeypatch):
     db.conn.close()
     env = {"CARDSTREAM_DB": str(db_path), "KAFKA_BOOTSTRAP": kafka, "CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
            "TOPIC_LABELS": topics["labels"], "TOPIC_TRANSACTIONS": topics["transactions"],
-           "TOPIC_DECISIONS": topics["decisions"]}
+           "TOPIC_DECISIONS": topics["decisions"], "TOPIC_DECISIONS_RT": topics["decisions_rt"]}
     with streamlit(env, tmp_path / "streamlit.log") as base:
         yield base, db_path, seeded
 

@@ -11,8 +11,15 @@ from infra import kafka_client
 
 def transaction(txn: str, produced_at: int) -> bytes:
     """A transaction as the simulator sends it, stamped `produced_at` before it is sent."""
-    return json.dumps({"txn_id": txn, "card_id": "card-1", "amount_cents": 1_000, "lat": 48.85, "lon": 2.35,
-                       "event_time": produced_at - 40, "produced_at": produced_at}).encode()
+    return json.dumps(transaction_doc(txn, produced_at)).encode()
+
+
+def transaction_doc(txn: str, produced_at: int) -> dict:
+    """The transaction `txn` ("tx-P-I": at terminal m-(I mod 9))."""
+    tail = txn.rsplit("-", 1)[-1]
+    return {"txn_id": txn, "card_id": "card-1", "merchant_id": f"m-{int(tail) % 9 if tail.isdigit() else 1}",
+            "amount_cents": 1_000, "currency": "EUR", "lat": 48.85, "lon": 2.35, "event_time": produced_at - 40,
+            "produced_at": produced_at}
 
 
 def decision(txn: str, produced_at: int) -> bytes:

@@ -880,3 +880,41 @@ def seed_bench_runs(db, version: int | None = None) -> None:
                "all": {"kind": "all", "transactions": 610, "flagged": 92, "precision": 0.483, "recall": 0.151,
                        "average_precision": 0.162, "flagged_share": 0.151}}
     bench_quality.record(s, "q0001", 20240614, 0.7, figures)
+
+
+RT_UNPUBLISHED = "m-0"  # a terminal the stateful companion has not published to the real-time path yet
+
+
+def seed_realtime(db, started_at: int, epoch: int = 2) -> None:
+    """The fraud job's real-time query started at `started_at`, as the job records it (`fraud_rt_runs`)."""
+    db["fraud_rt_runs"].insert({"started_at": started_at, "guarantee": "at-least-once", "resumed": 0,
+                                "epoch": epoch, "pid": 4343}, alter=False)
+
+
+def rt_decision(txn: dict, k: int, decided_at: int, version: int, threshold: float) -> dict:
+    """The real-time path's decision of `txn` (the k-th of its partition) as it writes it to
+    `decisions-rt` (realtime.RT_DECISION_FIELDS through Spark's to_json: a null field is absent):
+    by model `version` (its score, verdict and explanation; no `model_why`), or, at the terminal
+    RT_UNPUBLISHED, by the rules with LiveModel.java's sentence for a terminal the stateful
+    companion has not published yet. tests/spark/test_realtime_model.py checks the shape against
+    the path's own output."""
+    rnd = random.Random(k)
+    flagged = k % 4 == 1
+    scores = dict(zip(SCORES, (rnd.uniform(0.75, 1.0) if flagged else rnd.uniform(0, 0.5) for _ in SCORES)))
+    out = {f: txn[f] for f in ("txn_id", "card_id", "merchant_id", "amount_cents", "event_time", "produced_at")}
+    out.update(decided_at=decided_at, **scores)
+    fallback = txn["merchant_id"] == RT_UNPUBLISHED
+    if fallback:
+        score = sum(scores.values()) / 3
+        out.update(score=score, is_fraud=score >= 0.7, is_late=False, model_version=0,
+                   explanation=rules_explanation(scores))
+    else:
+        score = rnd.uniform(threshold, 1.0) if flagged else rnd.uniform(0, threshold)
+        out.update(score=score, is_fraud=flagged, is_late=False, model_version=version,
+                   explanation=linear_explanation(LINEAR_EXPLAIN, (txn["txn_id"], txn["amount_cents"], *scores.values(),
+                                                                   flagged)))
+    out["profile_age_ms"] = 900 + k % 400
+    if fallback:
+        out["model_why"] = (f"terminal {txn['merchant_id']} has no features from the stateful path yet: "
+                            "decided with the rules (model 0)")
+    return out

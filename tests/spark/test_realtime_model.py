@@ -187,3 +187,75 @@ def test_what_the_real_time_path_cannot_serve_is_decided_by_the_rules_saying_why
     got = decide(spark, rows, seed_path(tmp_path), str(tmp_path / "odd.tsv"))
     assert (got["model_version"] == 0).all()
     assert got["model_why"].str.contains("cannot compute u_not_a_stream_feature").all()
+
+
+def history_text(rows) -> dict:
+    """Each card's event-time history as the stateful path keeps it after `rows` (History.java's
+    card state, History.historyText): its last 60 days of payments, each with its over-the-mean
+    flag (amount over 2.5x its own 30-day past mean), from their definitions."""
+    by_card: dict = {}
+    for r in rows:
+        t, a = r[6], r[3]
+        past = [(u, v) for u, v, _ in by_card.get(r[1], []) if t - PAST_DAYS[0] * DAY < u <= t]
+        n, s = len(past), sum(v for _, v in past)
+        by_card.setdefault(r[1], []).append((t, a, 1 if n and 2 * a * n > 5 * s else 0))
+    out = {}
+    for card, h in by_card.items():
+        kept = [x for x in h if x[0] > h[-1][0] - max(PAST_DAYS) * DAY]
+        out[card] = ";".join(",".join(str(x[k]) for x in kept) for k in range(3))
+    return out
+
+
+def test_after_a_restart_the_model_decides_from_the_first_payment_with_the_seeded_history(spark, tmp_path):
+    """Issue 35 item 2: a real-time start seeds each card's 60-day history (the stateful path's,
+    written with its profiles) and since when it is whole, so the model serves the card windows
+    from the first payment after the start, equal to MLlib on the windows over the whole history."""
+    fitted = train.fit(spark, next(e for k, _, e in train.candidates() if k == "logistic-regression"),
+                       training_frame(2_000, 4), FEATURES)
+    rows = payments(n_cards=4, per_card=12, seed_=8)
+    cut = len(rows) // 2
+    before, after = rows[:cut], rows[cut:]
+    terminals = {"term-0": (rows[-1][6], [0.3] * len(TERMINAL_FEATURES))}
+    serving = publish(tmp_path, 1, fitted, terminals, 100 * DAY, realtime.EVER)
+    histories = history_text(before)
+    snap = seed.Snapshot(as_of=T0, ends={0: cut},
+                         profiles=[(c, None, None, None, None, None, "", h) for c, h in histories.items()])
+    scope = f"test-{uuid.uuid4().hex[:8]}"
+    plan = seed.Plan(starts={0: cut}, folds={0: cut}, holes={})
+    seed_file = str(seed.write(tmp_path / f"{scope}.tsv", seed.seed_lines(
+        scope, snap, plan, DEFAULT_LIMITS, 86_400_000, 1, history_from=seed.history_from(snap, realtime.EVER))))
+    got = decide(spark, after, seed_file, serving)
+    assert (got["model_version"] == 1).all() and got["model_why"].isna().all()
+    frame = card_windows(rows).iloc[cut:].reset_index(drop=True)  # the windows over every payment
+    assert frame["c_count_30d"].iloc[0] >= 2 and frame["c_amount_z_60d"].abs().max() > 1
+    frame["amount"] = [r[3] / 100.0 for r in after]
+    ts = pd.to_datetime([r[6] for r in after], unit="ms")
+    frame["is_weekend"] = ts.dayofweek.isin([5, 6]).astype(float)
+    frame["is_night"] = (ts.hour <= 6).astype(float)
+    empty = [realtime.empty_terminal(n) for n in TERMINAL_FEATURES]
+    for k, n in enumerate(TERMINAL_FEATURES):
+        frame[n] = [terminals[r[2]][1][k] if r[2] in terminals else empty[k] for r in after]
+    for n in ("score_avg_ticket", "score_proximity", "score_velocity"):
+        frame[n] = got[n].to_numpy()
+    np.testing.assert_allclose(got["score"].to_numpy(), train.score(spark, fitted, frame, FEATURES), rtol=0, atol=1e-9)
+    # what the dashboard's seed writes to decisions-rt (tests/harness/dashboard_seed.rt_decision) has
+    # the path's own shape, by the model and by the rules: the same fields, of the same types
+    from pyspark.sql import functions as F
+
+    from tests.harness.append_times import transaction_doc
+    from tests.harness.dashboard_seed import RT_UNPUBLISHED, rt_decision
+
+    (tmp_path / "partial").mkdir()
+    partial = publish(tmp_path / "partial", 1, fitted, terminals, 100 * DAY)  # not complete: absent ones wait
+    df = spark.createDataFrame(spark.sparkContext.parallelize(after, 1), DDL)
+    df = df.select("*", F.timestamp_millis("ts_ms").alias("kafka_ts"))
+    started = seed.write(tmp_path / f"{scope}-again.tsv", seed.seed_lines(  # a start writes its cut: the ages are known
+        f"{scope}-again", seed.Snapshot(), seed.Plan({0: 0}, {0: 0}, {}), DEFAULT_LIMITS, 86_400_000, 1, now=T0))
+    written = [json.loads(r[0]) for r in realtime.decisions(df, str(started), None, 0.7, 60_000, partial)
+               .select(F.to_json(F.struct(*realtime.RT_DECISION_FIELDS))).collect()]
+    real = {bool(d["model_version"]): {k: type(v) for k, v in d.items()} for d in written}
+    seeded = {fallback: {k: type(v) for k, v in rt_decision(transaction_doc(f"tx-0-{9 if fallback else 1}", T0), 1,
+                                                             T0 + 5, 2, 0.4).items()}
+              for fallback in (True, False)}
+    assert transaction_doc("tx-0-9", T0)["merchant_id"] == RT_UNPUBLISHED
+    assert set(real) == {True, False} and real[True] == seeded[False] and real[False] == seeded[True]

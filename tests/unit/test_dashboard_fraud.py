@@ -30,3 +30,23 @@ def test_empty_store(store):
     q = data.quality(store)
     assert q["ts"] is None and q["precision"] is None and q["decided"] is None
     assert data.flagged(store).empty and data.quality_series(store, NOW).empty and data.flagged_total(store) == 0
+
+
+def test_who_made_the_real_time_decisions_is_counted_from_them():
+    """Issue 35 item 1: the newest decisions-rt records (as the path writes them: a null field
+    absent; a resend counted once) -> who decided, the rules' reasons folded, in one sentence."""
+    from dashboard.views import text
+    from tests.harness.append_times import transaction_doc
+    from tests.harness.dashboard_seed import rt_decision
+
+    records = [rt_decision(transaction_doc(f"tx-0-{i}", NOW), i, NOW + i, 2, 0.4) for i in range(20)]
+    records.append(dict(records[1]))  # a resend (at-least-once after a restart)
+    records.append({"txn_id": "tx-1-0", "model_version": 0, "is_fraud": False, "decided_at": NOW})  # no model in use
+    df = data.rt_frame(records)
+    assert len(df) == 21 and df["decided_at"].is_monotonic_decreasing
+    who = data.rt_deciders(df)
+    kind = "terminal … has no features from the stateful path yet: decided with the rules (model 0)"
+    assert who == {"decisions": 21, "model": {2: 17}, "rules": 4, "why": {kind: 3, None: 1}}  # tx-0-0, 9, 18 at m-0
+    said = text.rt_deciders(who, "decisions-rt")
+    assert "21 real-time decisions in `decisions-rt`: 17 by model 2, 4 by the rules (81.0 % by a learned model)" in said
+    assert f"3 — {kind}" in said and "1 — no model in use" in said
