@@ -161,3 +161,25 @@ def test_cards_quiet_past_the_state_ttl_are_seeded_with_their_history_only(store
     lines = list(seed.seed_lines("tx", snap, seed.Plan({0: 7}, {0: 7}, {}), DEFAULT_LIMITS, 60_000, 4,
                                  history_from=-5, history_ttl_ms=120_000))
     assert "history_from\t-5" in lines and "history_ttl\t120000" in lines
+
+
+def test_the_sink_keeps_each_card_s_history_from_the_row_that_carries_it(store):
+    """Issue 35 item 2: a batch's card operator puts the card's history on one of its rows (the
+    card's last; the others null), whatever order the batch's rows reach the sink in; a batch
+    whose rows of the card carry none keeps the history it has."""
+    from controlplane import ledger
+    from controlplane.store import transaction
+    from pipelines.fraud.features import CARD_HISTORY
+    from pipelines.fraud.sinks import write_profiles
+
+    def batch(i):
+        return ledger.Batch("fraud", "cp", i, end_offsets={"tx": {"0": 10 * (i + 1)}})
+
+    rows = _profile_rows(["card-a", "card-a", "card-b"], 1)
+    rows[0][CARD_HISTORY], rows[1][CARD_HISTORY], rows[2][CARD_HISTORY] = "1,2;500,700;0,0", None, "3;900;0"
+    with transaction(store) as conn:
+        write_profiles(conn, rows, batch(0))
+        write_profiles(conn, _profile_rows(["card-a"], 2), batch(1))
+    snap = seed.read_snapshot(store, "fraud", "tx", now=NOW, ttl_ms=10**13)
+    assert {r[0]: r[7] for r in snap.profiles} == {"card-a": "1,2;500,700;0,0", "card-b": "3;900;0"}
+    assert seed.history_from(snap, 0) == 0
