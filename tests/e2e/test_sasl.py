@@ -233,7 +233,12 @@ def test_both_jobs_decide_and_count_over_sasl_ssl_and_the_auditor_agrees(secured
 
         got = wait_for(counted, 120, f"the usage job to count the fraud job's {decided} decisions")
         assert got["exactly-once"] == {"processed": decided, "fraud": flagged}, got
-        audit = snapshot(s, db)
+
+        def audited():  # the cut moves once Spark has logged the batch's commit, just after its sink
+            cut = snapshot(s, db)
+            return cut if cut["usage"]["exactly-once"]["truth"] >= decided else None
+
+        audit = wait_for(audited, 60, "the audit's cut to take in the usage job's committed batches", interval=0.5)
     finally:
         db.conn.close()
     f = audit["fraud"]
