@@ -19,6 +19,8 @@ $(VENV)/.installed: requirements.txt
 
 jars: $(VENV)/.installed
 	@$(PY) -m infra.jars
+	@$(PY) -m infra.broker archive
+	@$(PY) -m pipelines.engine.cds
 
 browser:
 	@infra/install-chromium.sh

@@ -39,23 +39,26 @@ and a non-zero exit.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from kafka.errors import KafkaError
 
-from infra import daemons, kafka_client
+from infra import daemons, jvm, kafka_client
 from infra.config import ROOT, Settings, load
 from infra.jars import is_complete
 from infra.jvm import require_java
 from infra.kafka_client import api_versions
+from infra.topics import ensure_topics
 
 TEMPLATE = ROOT / "infra" / "kafka" / "server.properties.template"
 LOG4J = ROOT / "infra" / "kafka" / "log4j2.properties"
@@ -255,10 +258,10 @@ def _properties(path: Path) -> dict[str, str]:
     return dict(l.split("=", 1) for l in lines if "=" in l and not l.startswith("#"))
 
 
-def _format_storage(p: dict[str, Path], cluster_id: str, classpath: str) -> None:
+def _format_storage(p: dict[str, Path], cluster_id: str, classpath: str, archive_opts: list[str]) -> None:
     if (p["data"] / "meta.properties").exists():
         return
-    proc = subprocess.run(["java", "-cp", classpath, f"-Dlog4j2.configurationFile={LOG4J}",
+    proc = subprocess.run(["java", *archive_opts, "-cp", classpath, f"-Dlog4j2.configurationFile={LOG4J}",
                            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(p["config"])],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -284,15 +287,23 @@ def _check_ports(s: Settings, node: int) -> None:
                 f"start; stop that program or pick free ports with KAFKA_PORT / KAFKA_CONTROLLER_PORT.")
 
 
-def _launch(s: Settings, node: int, cluster_id: str, classpath: str) -> subprocess.Popen:
+def class_archive(s: Settings) -> Path | None:
+    """The brokers' class archive (infra/jvm.py) for this checkout's Kafka jars and JDK."""
+    return jvm.class_archive(s.jars_dir / "cds", "kafka-broker", sorted(s.kafka_jars.glob("*.jar")))
+
+
+def _launch(s: Settings, node: int, cluster_id: str, classpath: str,
+            archive_opts: list[str] | None = None) -> subprocess.Popen:
     p = _paths(s, node)
     p["data"].mkdir(parents=True, exist_ok=True)
     p["config"].touch(mode=0o600)  # it may hold SASL passwords
     p["config"].write_text(render_properties(s, node, p["data"]))
-    _format_storage(p, cluster_id, classpath)
+    if archive_opts is None:
+        archive_opts = jvm.archive_options(class_archive(s), s.jvm_class_archives)
+    _format_storage(p, cluster_id, classpath, archive_opts)
     with open(p["log"], "ab") as log:
         proc = subprocess.Popen(
-            ["java", f"-Xmx{s.kafka_heap}", f"-Xms{s.kafka_heap}", "-XX:+UseG1GC",
+            ["java", *archive_opts, f"-Xmx{s.kafka_heap}", f"-Xms{s.kafka_heap}", "-XX:+UseG1GC",
              "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={LOG4J}",
              "-cp", classpath, "kafka.Kafka", str(p["config"])],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -443,7 +454,68 @@ def run() -> None:
     down(s)
 
 
-USAGE = "usage: python -m infra.broker up|down|status|run [--node I]"
+def build_archive(s: Settings | None = None) -> Path | None:
+    """Writes the brokers' class archive if this checkout has none: a scratch broker on free ports
+    in a scratch folder starts, takes a topic, a transaction and a read, and writes the archive as
+    it stops (SIGTERM: a clean exit). Without one the brokers start as before."""
+    s = s or load()
+    target = class_archive(s)
+    if not s.jvm_class_archives or target is None or target.exists() or s.external_bootstrap:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.partial")
+    print("Writing the Kafka broker's class archive (once per checkout; under a minute) ...", flush=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cardstream-broker-archive-") as tmp:
+        ports = []
+        for _ in range(2):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                ports.append(sock.getsockname()[1])
+        scratch = dataclasses.replace(s, run_dir=Path(tmp), kafka_port=ports[0], kafka_controller_port=ports[1],
+                                      kafka_brokers=1, kafka_broker_sasl_users=None, kafka_security_protocol="PLAINTEXT",
+                                      kafka_broker_ssl_keystore=None, kafka_broker_ssl_keystore_password=None)
+        proc = _launch(scratch, 0, uuid.uuid4().hex[:22], f"{s.kafka_jars}/*", [f"-XX:ArchiveClassesAtExit={partial}"])
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not answers_here(scratch, ports[0]) and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.3)
+            _exercise(scratch)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUT_S + 60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if proc.returncode not in (0, 143) or not partial.exists():
+        partial.unlink(missing_ok=True)
+        print(f"No class archive for the Kafka broker (the scratch broker exited {proc.returncode}); "
+              f"brokers start without one.", file=sys.stderr)
+        return None
+    jvm.replace_archive(partial, target)
+    print(f"The Kafka broker's class archive is ready ({time.monotonic() - started:.0f} s, "
+          f"{target.stat().st_size >> 20} MB): {target}")
+    return target
+
+
+def _exercise(s: Settings) -> None:
+    """What a broker does in a run: a topic made, a transaction committed, a read_committed read."""
+    ensure_topics(["archive"], s=s)
+    producer = kafka_client.producer(s, transactional_id="archive", enable_idempotence=True)
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(10):
+        producer.send("archive", str(i).encode())
+    producer.commit_transaction()
+    producer.close()
+    consumer = kafka_client.consumer(s, "archive", auto_offset_reset="earliest", consumer_timeout_ms=3_000,
+                                     isolation_level="read_committed", group_id="archive")
+    list(consumer)
+    consumer.close()
+
+
+USAGE = "usage: python -m infra.broker up|down|status|run|archive [--node I]"
 
 
 def main(argv: list[str]) -> int:
@@ -453,7 +525,8 @@ def main(argv: list[str]) -> int:
             print(f"--node must be a broker's number (0 first), not {argv[2]!r}.", file=sys.stderr)
             return 2
         node, argv = int(argv[2]), argv[:1]
-    commands = {"up": lambda: up(node=node), "down": lambda: down(node=node), "status": lambda: status(), "run": run}
+    commands = {"up": lambda: up(node=node), "down": lambda: down(node=node), "status": lambda: status(), "run": run,
+                "archive": lambda: build_archive() and None}
     if len(argv) != 1 or argv[0] not in commands:
         print(USAGE, file=sys.stderr)
         return 2

@@ -103,6 +103,8 @@ class Settings:
     standby_rehearsal: bool = True
     # Spark's web UI in each job (the Overview links it): bound to 127.0.0.1, port 4040 or the next free
     spark_ui: bool = True
+    # the broker and each Spark driver map the class archives `make setup` wrote (infra/jvm.py)
+    jvm_class_archives: bool = True
     audit_interval_seconds: float = 5.0
     # what the auditor keeps of the topics beyond its folds: the Fraud page's paths look back this
     # far, and a txn_id repeated further apart counts as two transactions
@@ -290,6 +292,7 @@ def load(env: dict | None = None) -> Settings:
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         standby_rehearsal=(env.get("STANDBY_REHEARSAL") or "1").lower() in ("1", "true", "yes", "on"),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),
+        jvm_class_archives=(env.get("JVM_CLASS_ARCHIVES") or "1").lower() in ("1", "true", "yes", "on"),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),
         audit_horizon_minutes=_float(env, "AUDIT_HORIZON_MINUTES", 10.0),
         memory_sample_seconds=_float(env, "MEMORY_SAMPLE_SECONDS", 60.0),

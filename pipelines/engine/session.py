@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from infra.config import ROOT, Settings, load
+from pipelines.engine import cds
 from infra.jars import is_complete
 
 # the packages executors import (Python UDFs, pandas functions, the Python worker daemon)
@@ -80,7 +81,7 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.warehouse.dir", str(s.run_dir / "spark-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={s.run_dir}")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={s.run_dir} {cds.java_options(s)}".strip())
     )
     if s.spark_master.startswith("local"):
         # one JVM, whose class path holds our jars: Hadoop's local file system without a `chmod`
