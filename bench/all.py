@@ -88,7 +88,8 @@ PEER_OF = {
 # figures that describe the run rather than measure it
 NOT_FIGURES = re.compile(r"(^|\.)(events|count|cpus|partitions|producers|seed|goal_s|commit_seconds|"
                          r"latency_rate|rate|target_rate|load_average_1m|sent|labels_sent|measured|expected|"
-                         r"labelled|timed|latency_records\..*|in_topics\..*|.*_runs\.\d+|settings\..*|.*_one_batch_rows\.\d+)$|^parse\.(rows|valid|invalid|rounds|cores)$")
+                         r"labelled|timed|latency_records\..*|in_topics\..*|.*_runs\.\d+|settings\..*|.*_one_batch_rows\.\d+)$|^parse\.(rows|valid|invalid|rounds|cores)$"
+                         r"|^quality\.(rules|model)\.(model_version|version|params\..*|trained_on\..*|decided_by\..*)$")
 
 
 # --- plain functions (tested without Kafka or Spark) ------------------------------------------

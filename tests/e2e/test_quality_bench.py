@@ -52,6 +52,7 @@ def test_quality_bench_figures_on_a_tiny_set_match_the_hand_and_the_analyzers(ka
     txns, labels = tiny_set(int(time.time() * 1000) - 5 * HOUR)
     m = measure(settings, txns, labels, tmp_path / "work")
     assert (m["undecided"], m["duplicates"], m["decided"]) == (0, 0, len(txns))
+    assert m["decided_by"] == {"0": len(txns)}  # a fresh store: every decision by the rules, model 0
     f = m["figures"]
     ct = f["card-testing"]
     assert (ct["transactions"], ct["flagged"], ct["recall"]) == (3, 2, round(2 / 3, 4))
