@@ -56,6 +56,11 @@ class Probe:
         """Said in red: nothing listens there, or the address cannot be reached at all."""
         return self.state in (REFUSED, UNREACHABLE)
 
+    @property
+    def verdict(self) -> str:
+        """What a user should make of it, in two words (the start of every message about it)."""
+        return "broker down" if self.down else "unusable" if self.state == TLS_FAILED else "not answering"
+
     def says(self) -> str:
         """What the broker did, in words, after "Kafka at host:port"."""
         within = f"within {self.timeout_s:g} s"
@@ -137,8 +142,7 @@ def _check(s, timeout_s: float) -> None:
     """BrokerDown, in words, unless a broker answers (one try of `timeout_s`)."""
     found = probe(s, timeout_s, tries=1)
     if not found.up:
-        said = "broker down" if found.down else "unusable" if found.state == TLS_FAILED else "not answering"
-        raise BrokerDown(f"{said}: Kafka at {found.server} {found.says()}")
+        raise BrokerDown(f"{found.verdict}: Kafka at {found.server} {found.says()}")
 def end_offsets(s, topics: list[str], timeout_s: float = 1.5) -> dict[str, dict[int, int]]:
     """{topic: {partition: end offset}} straight from the broker (topics it does not have are left
     out); BrokerDown when it does not answer."""

@@ -220,7 +220,7 @@ def draw_lag(db, s):
         return
     found = ui.broker_probe(s.kafka_bootstrap)
     if not found.up:
-        st.warning(f"Kafka {'broker down' if found.down else 'not answering'}: {found.server} {found.says()}, "
+        st.warning(f"Kafka {found.verdict}: {found.server} {found.says()}, "
                    "so the lag is unknown. Where each query's last batch got to:", icon=":material/cloud_off:")
         lag = data.consumer_lag(None, last)
         st.dataframe(lag[["query", "topic", "processed", "last_batch"]], hide_index=True, width="stretch",

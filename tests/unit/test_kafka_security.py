@@ -115,7 +115,7 @@ def test_over_tls_the_probe_keeps_refused_and_not_answering_apart():
     assert kafka_client.login_error(secured("SASL_SSL", port=port)) is None  # nobody to ask: the client says
     with silent_listener() as port:  # the TLS handshake waits for an answer that never comes: busy, not down
         found = dashboard_kafka.probe(secured("SSL", port=port), timeout_s=0.3, tries=2, pause_s=0.05)
-    assert found.state == dashboard_kafka.SILENT and not found.down
+    assert found.state == dashboard_kafka.SILENT and not found.down and found.verdict == "not answering"
     assert found.says().startswith("took the connection but sent no answer within 0.3 s (2 tries)")
 
 
@@ -124,6 +124,7 @@ def test_tls_to_a_listener_that_is_not_ssl_is_said_as_such():
         assert kafka_client.api_versions("127.0.0.1", port, 1.0, kafka_client.tls_context(secured("SSL"))) is None
         found = dashboard_kafka.probe(secured("SSL", port=port), timeout_s=1.0, tries=1)
         assert found.state == dashboard_kafka.TLS_FAILED and not found.down and not found.up
+        assert found.verdict == "unusable"  # the word every message about it starts with
         assert found.says().startswith("took the connection, but the TLS handshake failed: TLS failed (")
         assert found.says().endswith("is that listener SSL? check KAFKA_SECURITY_PROTOCOL (1 try)")
         with pytest.raises(dashboard_kafka.BrokerDown, match=rf"^unusable: Kafka at 127.0.0.1:{port} took the "
