@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import tempfile
 import time
 
 from bench.common import logger
-from infra import broker
+from infra import broker, daemons
 from infra.config import ROOT, load
 from pipelines.engine import cds
 
@@ -49,18 +48,9 @@ def spark_start(archives: bool) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def free_ports(n: int) -> list[int]:
-    ports = []
-    for _ in range(n):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    return ports
-
-
 def broker_start(archives: bool) -> float:
     with tempfile.TemporaryDirectory(prefix="cardstream-jvm-start-") as tmp:
-        port, controller = free_ports(2)
+        port, controller = daemons.free_ports(2)
         env = {"CARDSTREAM_RUN_DIR": tmp, "KAFKA_PORT": str(port), "KAFKA_CONTROLLER_PORT": str(controller),
                "JVM_CLASS_ARCHIVES": "1" if archives else "0", "KAFKA_BROKERS": "1"}
         s = load({**os.environ, **env})

@@ -467,11 +467,7 @@ def build_archive(s: Settings | None = None) -> Path | None:
     print("Writing the Kafka broker's class archive (once per checkout; under a minute) ...", flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cardstream-broker-archive-") as tmp:
-        ports = []
-        for _ in range(2):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                ports.append(sock.getsockname()[1])
+        ports = daemons.free_ports(2)
         scratch = dataclasses.replace(s, run_dir=Path(tmp), kafka_port=ports[0], kafka_controller_port=ports[1],
                                       kafka_brokers=1, kafka_broker_sasl_users=None, kafka_security_protocol="PLAINTEXT",
                                       kafka_broker_ssl_keystore=None, kafka_broker_ssl_keystore_password=None)

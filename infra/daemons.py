@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -49,3 +50,15 @@ def tail(path: Path, lines: int = 3) -> str:
         return ""
     interesting = [l for l in text if " ERROR " in l or "Exception" in l] or text
     return " | ".join(interesting[-lines:])[:500]
+
+
+def free_ports(n: int) -> list[int]:
+    """n ports on 127.0.0.1 free right now (the kernel's choice), for a scratch daemon."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
