@@ -470,7 +470,9 @@ def build_archive(s: Settings | None = None) -> Path | None:
         ports = daemons.free_ports(2)
         scratch = dataclasses.replace(s, run_dir=Path(tmp), kafka_port=ports[0], kafka_controller_port=ports[1],
                                       kafka_brokers=1, kafka_broker_sasl_users=None, kafka_security_protocol="PLAINTEXT",
-                                      kafka_broker_ssl_keystore=None, kafka_broker_ssl_keystore_password=None)
+                                      kafka_sasl_mechanism=None, kafka_sasl_username=None, kafka_sasl_password=None,
+                                      kafka_ssl_cafile=None, kafka_broker_ssl_keystore=None,
+                                      kafka_broker_ssl_keystore_password=None)
         proc = _launch(scratch, 0, uuid.uuid4().hex[:22], f"{s.kafka_jars}/*", [f"-XX:ArchiveClassesAtExit={partial}"])
         try:
             deadline = time.monotonic() + START_TIMEOUT_S
