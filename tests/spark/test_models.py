@@ -30,7 +30,7 @@ def planted(n: int, seed: int) -> pd.DataFrame:
 def test_a_fitted_model_separates_a_planted_pattern(spark, kind):
     estimator = next(e for k, _, e in train.candidates() if k == kind)
     if kind == "gradient-boosted-trees":
-        estimator.setMaxIter(20)  # the candidate's other settings; its 150 trees cost time, not separation
+        estimator.setMaxIter(20)  # the candidate's other settings; its 100 trees cost time, not separation
     fitted = train.fit(spark, estimator, planted(4_000, 1), models.MODEL_FEATURES)
     test = planted(2_000, 2)
     scores = train.score(spark, fitted, test, models.MODEL_FEATURES)
