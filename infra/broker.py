@@ -486,15 +486,8 @@ def build_archive(s: Settings | None = None) -> Path | None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    if proc.returncode not in (0, 143) or not partial.exists():
-        partial.unlink(missing_ok=True)
-        print(f"No class archive for the Kafka broker (the scratch broker exited {proc.returncode}); "
-              f"brokers start without one.", file=sys.stderr)
-        return None
-    jvm.replace_archive(partial, target)
-    print(f"The Kafka broker's class archive is ready ({time.monotonic() - started:.0f} s, "
-          f"{target.stat().st_size >> 20} MB): {target}")
-    return target
+    return jvm.finish_archive(partial, target, "the Kafka broker", proc.returncode, proc.returncode in (0, 143),
+                              started)
 
 
 def _exercise(s: Settings) -> None:

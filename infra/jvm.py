@@ -16,6 +16,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 REQUIRED_JAVA = 17
@@ -75,11 +77,21 @@ def archive_options(path: Path | None, enabled: bool = True) -> list[str]:
     return [f"-XX:SharedArchiveFile={path}"] if enabled and path is not None and path.exists() else []
 
 
-def replace_archive(partial: Path, target: Path) -> None:
+def finish_archive(partial: Path, target: Path, what: str, exit_code: int | None, ok: bool, started: float,
+                   detail: str = "") -> Path | None:
     """Puts a freshly written archive in place (renamed: never half a file) and drops the same
-    JVM's archives of other jars or JDKs, which nothing maps again."""
+    JVM's archives of other jars or JDKs, which nothing maps again; or says in one sentence why
+    there is none (`ok` false or nothing written), and that the JVM starts without one."""
+    if not ok or not partial.exists():
+        partial.unlink(missing_ok=True)
+        print(f"No class archive for {what} (the run that writes it exited {exit_code}); it starts without one."
+              + (f"\n{detail}" if detail else ""), file=sys.stderr)
+        return None
     name = target.name.rsplit("-", 1)[0]
     for old in target.parent.glob(f"{name}-*.jsa"):
         if old != target:
             old.unlink(missing_ok=True)
     partial.rename(target)
+    print(f"The class archive of {what} is ready ({time.monotonic() - started:.0f} s, "
+          f"{target.stat().st_size >> 20} MB): {target}")
+    return target

@@ -47,16 +47,8 @@ def build(s: Settings) -> Path | None:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pipelines.engine.warm_up"], cwd=ROOT, env=env,
                           timeout=WARM_UP_TIMEOUT_S, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if done.returncode != 0 or not partial.exists():
-        partial.unlink(missing_ok=True)
-        tail = "\n".join(done.stdout.splitlines()[-15:])
-        print(f"No class archive for the Spark driver (the warm-up exited {done.returncode}); Spark starts "
-              f"without one.\n{tail}", file=sys.stderr)
-        return None
-    jvm.replace_archive(partial, target)
-    print(f"The Spark driver's class archive is ready ({time.monotonic() - started:.0f} s, "
-          f"{target.stat().st_size >> 20} MB): {target}")
-    return target
+    return jvm.finish_archive(partial, target, "the Spark driver", done.returncode, done.returncode == 0, started,
+                              "\n".join(done.stdout.splitlines()[-15:]))
 
 
 def main() -> int:

@@ -44,12 +44,21 @@ def test_only_an_existing_archive_is_mapped_and_only_when_archives_are_on(tmp_pa
     assert jvm.archive_options(path, enabled=False) == []
 
 
-def test_a_new_archive_replaces_its_own_jvm_s_old_ones_only(tmp_path):
+def test_a_new_archive_replaces_its_own_jvm_s_old_ones_only(tmp_path, capsys):
     old = tmp_path / "spark-driver-aaaa.jsa"
     other = tmp_path / "kafka-broker-bbbb.jsa"
     partial = tmp_path / "spark-driver-cccc.123.partial"
     for p in (old, other, partial):
         p.write_bytes(b"x")
     target = tmp_path / "spark-driver-cccc.jsa"
-    jvm.replace_archive(partial, target)
+    assert jvm.finish_archive(partial, target, "the Spark driver", 0, True, 0.0) == target
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kafka-broker-bbbb.jsa", "spark-driver-cccc.jsa"]
+    assert "class archive of the Spark driver is ready" in capsys.readouterr().out
+
+
+def test_a_failed_run_leaves_no_half_archive_and_says_so(tmp_path, capsys):
+    partial = tmp_path / "kafka-broker-dddd.9.partial"
+    partial.write_bytes(b"half")
+    assert jvm.finish_archive(partial, tmp_path / "kafka-broker-dddd.jsa", "the Kafka broker", 1, False, 0.0) is None
+    assert list(tmp_path.iterdir()) == []
+    assert "No class archive for the Kafka broker (the run that writes it exited 1)" in capsys.readouterr().err
