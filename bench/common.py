@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -186,6 +187,17 @@ def commit_latencies(stamps: list[tuple[int, int, int]], commits: list[tuple[int
         if k < len(ends_of[part]):
             out.append(int(ms_of[part][k]) - ts)
     return out
+
+
+def wait_job(job: subprocess.Popen, bench: str, log_path: Path, timeout: float) -> int:
+    """A job process's exit code within `timeout` seconds; past it the job is killed and the bench
+    ends in one sentence naming its log."""
+    try:
+        return job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+        raise SystemExit(f"bench {bench}: the fraud job did not finish within {timeout:g} s; see {log_path}.") from None
 
 
 def pct(values, q: float) -> float | None:

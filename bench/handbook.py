@@ -37,7 +37,7 @@ import uuid
 
 import pandas as pd
 
-from bench.common import delete_topics, logger, own_broker
+from bench.common import delete_topics, logger, own_broker, wait_job
 from infra import kafka_client
 from infra.config import ROOT, load
 from pipelines.fraud import handbook
@@ -90,13 +90,7 @@ def run_job(env: dict, work, max_offsets: int) -> float:
     t0 = time.monotonic()
     with open(work / "job.log", "w") as job_log:
         job = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
-        try:
-            code = job.wait(JOB_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
-            raise SystemExit(f"bench handbook: the fraud job did not finish within {JOB_TIMEOUT_S:g} s; "
-                             f"see {work / 'job.log'}.") from None
+        code = wait_job(job, "handbook", work / "job.log", JOB_TIMEOUT_S)
     if code:
         raise SystemExit(f"bench handbook: the fraud job exited with code {code}; see {work / 'job.log'}.")
     return time.monotonic() - t0

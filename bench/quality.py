@@ -49,7 +49,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 
-from bench.common import logger, own_broker
+from bench.common import logger, own_broker, wait_job
 from controlplane.clock import now_ms
 from infra import kafka_client
 from infra.config import ROOT, Settings, load
@@ -303,20 +303,14 @@ def measure(s: Settings, txns: list[dict], labels: list[dict], work, threshold: 
         cmd += ["--threshold", str(threshold)]
     with open(work / "job.log", "w") as job_log:
         job = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=job_log, stderr=subprocess.STDOUT)
-        try:
-            if path == "real-time":
-                decisions = read_all(s, rt, {l["txn_id"] for l in labels}, JOB_TIMEOUT_S,
-                                     lambda: job.poll() is None)
-                code = job.poll()
-                job.send_signal(signal.SIGTERM)
-                job.wait(120)
-            else:
-                code = job.wait(JOB_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
-            raise SystemExit(f"bench quality: the fraud job did not finish within {JOB_TIMEOUT_S:g} s; "
-                             f"see {work / 'job.log'}.") from None
+        if path == "real-time":
+            decisions = read_all(s, rt, {l["txn_id"] for l in labels}, JOB_TIMEOUT_S,
+                                 lambda: job.poll() is None)
+            code = job.poll()
+            job.send_signal(signal.SIGTERM)
+            wait_job(job, "quality", work / "job.log", 120)
+        else:
+            code = wait_job(job, "quality", work / "job.log", JOB_TIMEOUT_S)
     seconds = time.monotonic() - t0
     if code:
         raise SystemExit(f"bench quality: the fraud job exited with code {code}; see {work / 'job.log'}.")
