@@ -116,19 +116,17 @@ def crash_after_sink(s, workdir: Path, duplicate_rate: float = 0.0) -> dict:
         sc.close()
 
 
-def crash(s, workdir: Path, down_seconds: float = 3.0, duplicate_rate: float = 0.0) -> dict:
-    sc = Scenario(s, "crash", workdir, duplicate_rate)
+def _fault_under_traffic(s, workdir: Path, name: str, duplicate_rate: float, fault) -> dict:
+    """The job counting a producer's live traffic; `fault(sc)` once its first events are counted;
+    then the producer stopped and the counts settled."""
+    sc = Scenario(s, name, workdir, duplicate_rate)
     prod = None
     try:
         sc.job.start()
         prod = sc.producer()
         prod.start()
         wait_for(lambda: all(c["processed"] >= 100 for c in counts(sc.db).values()), 90, "the first events")
-        sc.job.kill()
-        log("crash: job SIGKILLed while producing")
-        time.sleep(down_seconds)
-        sc.job.start()
-        time.sleep(3)
+        fault(sc)
         prod.stop()
         sc.duplicates += prod.duplicates
         settled(sc.db, sc.truth.counts()[0])
@@ -137,30 +135,29 @@ def crash(s, workdir: Path, down_seconds: float = 3.0, duplicate_rate: float = 0
         if prod:
             prod.stop()
         sc.close()
+
+
+def crash(s, workdir: Path, down_seconds: float = 3.0, duplicate_rate: float = 0.0) -> dict:
+    def fault(sc):
+        sc.job.kill()
+        log("crash: job SIGKILLed while producing")
+        time.sleep(down_seconds)
+        sc.job.start()
+        time.sleep(3)
+
+    return _fault_under_traffic(s, workdir, "crash", duplicate_rate, fault)
 
 
 def sink_down(s, workdir: Path, seconds: float = 4.0, duplicate_rate: float = 0.0) -> dict:
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import commands
 
-    sc = Scenario(s, "sink-down", workdir, duplicate_rate)
-    prod = None
-    try:
-        sc.job.start()
-        prod = sc.producer()
-        prod.start()
-        wait_for(lambda: all(c["processed"] >= 100 for c in counts(sc.db).values()), 90, "the first events")
+    def fault(sc):
         cid = commands.issue(sc.db, "sink-down", "usage", seconds=seconds)
         wait_for(lambda: command_status(sc.db, cid) == "done", 30, "the job to take the sink down")
         time.sleep(seconds + 2)
-        prod.stop()
-        sc.duplicates += prod.duplicates
-        settled(sc.db, sc.truth.counts()[0])
-        return _report(sc)
-    finally:
-        if prod:
-            prod.stop()
-        sc.close()
+
+    return _fault_under_traffic(s, workdir, "sink-down", duplicate_rate, fault)
 
 
 def main(argv: list[str]) -> dict:
