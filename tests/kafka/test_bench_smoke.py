@@ -2,7 +2,8 @@
 (bench/all.py SMOKE), on the session's broker and Spark session, each JSON's keys checked, so a
 bench cannot break unseen (`python -m bench produce` once crashed on main and nothing noticed).
 
-`parse` has its own Spark test (tests/spark/test_bench_parse.py). The scenarios that start job
+`parse` has its own Spark test (tests/spark/test_bench_parse.py), `jvm-start` too
+(tests/spark/test_class_archives.py). The scenarios that start job
 processes (latency, state, backlog, quality, guarantees, fraud-guarantees, recovery, soak) and peer
 (a Quix child beside our query, whose Spark settings it changes) cost minutes even at their
 smallest; `python -m bench all --smoke` runs them all (docs/testing.md)."""

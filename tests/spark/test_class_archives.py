@@ -38,3 +38,18 @@ def test_the_broker_archive_is_accepted_on_the_broker_s_class_path(settings):
     archive = built(broker.class_archive(settings), "the Kafka broker")
     assert accepts(archive, f"{settings.kafka_jars}/*")
     assert not accepts(archive, f"{settings.spark_jars}/*")
+
+
+def test_the_jvm_start_bench_runs_and_prints_its_figures():
+    """`python -m bench jvm-start` at its smallest size (one round): its JSON keys, and every figure
+    a time (issue 37 item 8: every bench runs in the suite)."""
+    from bench import jvm_start
+
+    out = jvm_start.main(["--rounds", "1"])
+    keys = {"rounds", "cpus", "load_average_1m", "session_s", "session_ratio", "first_query_s", "first_query_ratio",
+            "broker_up_s", "broker_up_ratio"}
+    assert set(out) == keys, set(out) ^ keys
+    for name in ("session_s", "first_query_s", "broker_up_s"):
+        assert set(out[name]) == {"archive", "none"} and min(out[name].values()) > 0, out[name]
+        ratio = out[name.replace("_s", "_ratio")]
+        assert abs(ratio - out[name]["archive"] / out[name]["none"]) < 0.01
