@@ -67,6 +67,8 @@ SMOKE = {
     "quality": ["--cards", "150", "--days", "2"],  # cards enough for frauds in every training segment
     "backlog": ["--minutes", "0.05", "--rate", "50", "--every", "1", "--timeout", "300"],
     "jvm-start": ["--rounds", "1"],
+    "first-minute": ["--rounds", "1", "--timeout", "300"],
+    "store-sync": ["--batches", "5", "--rows", "50"],
     "handbook": ["--train-start", "2018-04-04", "--train-days", "1", "--delay-days", "1", "--test-days", "1",
                  "--rules-only", "--max-offsets-per-trigger", "20000"],
 }

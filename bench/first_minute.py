@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from infra import daemons, kafka_client
 from infra.config import ROOT, load
 
 GOAL_S = 60
@@ -91,6 +92,12 @@ def main(argv: list[str]) -> dict:
     base = load().run_dir / f"first-minute-{int(time.time())}"
     base.mkdir(parents=True)
     env = {**os.environ, "DASHBOARD_PORT": str(args.dashboard_port)}
+    if kafka_client.answers(load()):
+        # a broker already holds the port (`bench all`'s, a running demo's): the new checkout's
+        # first minute starts a broker of its own, on free ports, as it would on a fresh machine
+        port, controller = daemons.free_ports(2)
+        env.update(KAFKA_PORT=str(port), KAFKA_CONTROLLER_PORT=str(controller))
+        log(f"a broker already answers on the configured port: the demo's broker gets {port}/{controller}")
     rounds = []
     for i in range(1, args.rounds + 1):
         r = one_round(base / f"round-{i}", env, args.timeout)

@@ -142,3 +142,13 @@ def test_realtime_figures_say_who_decided_and_the_model_s_own_latency():
     assert (got["model_p50_ms"], got["model_p99_ms"], got["rules_p99_ms"]) == (5, 9, 300)
     assert got["model_why"] == {no_table.format("…"): 2, "no model in use": 1}
     assert got["decided_by_model"] == {"2": 2, "0": 3}
+
+
+def test_every_scenario_has_a_smoke_size():
+    """`bench all --smoke` runs every scenario (issue 37 item 8); one without a SMOKE entry is
+    reported as failed there, so a new bench must say its smallest size (`soak` and `all` run alone)."""
+    from bench.__main__ import scenarios
+    from bench.all import ALONE, SMOKE
+
+    missing = [name for name in scenarios() if name not in ALONE and name not in SMOKE]
+    assert missing == [], f"no smoke size in bench/all.py SMOKE for {missing}"
