@@ -34,8 +34,8 @@ def silent_listener():
 
 
 @contextlib.contextmanager
-def hanging_up_listener():
-    """A socket that accepts each connection and closes it at once, answering nothing."""
+def accepting_listener(handle):
+    """A socket that accepts each connection, hands it to `handle(conn)`, and closes it."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -48,7 +48,8 @@ def hanging_up_listener():
                 conn, _ = server.accept()
             except (socket.timeout, OSError):
                 continue
-            conn.close()
+            with conn:
+                handle(conn)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -58,6 +59,11 @@ def hanging_up_listener():
         stop.set()
         thread.join()
         server.close()
+
+
+def hanging_up_listener():
+    """A socket that accepts each connection and closes it at once, answering nothing."""
+    return accepting_listener(lambda conn: None)
 
 
 def test_a_closed_port_refuses(settings):

@@ -4,9 +4,7 @@ and the probe on real sockets keeping its words under TLS (issue 36 items 8 and 
 from __future__ import annotations
 
 import contextlib
-import socket
 import ssl
-import threading
 
 import certifi
 import pytest
@@ -16,7 +14,7 @@ from dashboard.data import kafka as dashboard_kafka
 from infra import kafka_client
 from infra.config import load
 from tests.unit.test_dashboard_pages import closed_port
-from tests.unit.test_dashboard_probe import sidebar_of, silent_listener
+from tests.unit.test_dashboard_probe import accepting_listener, sidebar_of, silent_listener
 
 CA = certifi.where()  # any PEM bundle: nothing here needs a broker's certificate
 
@@ -76,35 +74,16 @@ def test_an_unreadable_ca_file_is_one_sentence(tmp_path):
     assert f"KAFKA_SSL_CAFILE={missing} cannot be read" in found.says()
 
 
-@contextlib.contextmanager
+def _read_then_hang_up(conn):
+    conn.settimeout(1)
+    with contextlib.suppress(OSError):
+        conn.recv(1024)
+
+
 def plaintext_kafka_like_listener():
     """Accepts each connection, reads what comes, and hangs up, as a plaintext Kafka listener does
     with a TLS ClientHello (its first bytes read as an absurd request size)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    stop = threading.Event()
-
-    def serve():
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except (socket.timeout, OSError):
-                continue
-            with conn:
-                conn.settimeout(1)
-                with contextlib.suppress(OSError):
-                    conn.recv(1024)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join()
-        server.close()
+    return accepting_listener(_read_then_hang_up)
 
 
 def test_over_tls_the_probe_keeps_refused_and_not_answering_apart():
