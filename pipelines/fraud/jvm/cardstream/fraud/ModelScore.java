@@ -20,6 +20,13 @@ import org.apache.spark.ml.classification.RandomForestClassificationModel;
 import org.apache.spark.ml.tree.ContinuousSplit;
 import org.apache.spark.ml.tree.InternalNode;
 import org.apache.spark.ml.tree.Node;
+import org.apache.spark.sql.Column;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
 
 /**
  * A fitted score aggregator outside Spark MLlib: the plain JSON that pipelines/fraud/train.py
@@ -317,6 +324,37 @@ public final class ModelScore {
         int[] out = new int[a.size()];
         for (int i = 0; i < out.length; i++) out[i] = a.get(i).asInt();
         return out;
+    }
+
+    // ------------------------------------------------------------------ the stateful path's verdict
+
+    /** What {@link #verdict} gives each row: the probability and the top three contributions' JSON. */
+    public static final StructType VERDICT = new StructType()
+            .add("score", DataTypes.DoubleType, false)
+            .add("explanation", DataTypes.StringType, false);
+
+    /**
+     * The model at `path` (a model.json) as one Spark column over the frame's columns named by its
+     * features (cast to double; null is missing, NaN, as MLlib's assembler with handleInvalid=keep):
+     * struct&lt;score, explanation&gt;, the same {@link #probability} and {@link #explanation} the
+     * real-time path gives. The fraud job's plan used MLlib's transform (an assembled vector, the
+     * trees walked per tree object) and a reflect call with the values as text for the explanation;
+     * this is one JVM function per row and its closure carries only the path (each JVM reads the
+     * file once), so a micro-batch's tasks do not carry the ensemble. Read here once on the driver,
+     * so an unreadable model.json fails where the plan is built, not in every batch.
+     */
+    public static Column verdict(String path) {
+        ModelScore model = load(path);
+        Column[] values = new Column[model.features.length];
+        for (int i = 0; i < values.length; i++) values[i] = functions.col(model.features[i]).cast(DataTypes.DoubleType);
+        final int n = values.length;
+        UDF1<Row, Row> decide = row -> {
+            ModelScore m = load(path);
+            double[] x = new double[n];
+            for (int i = 0; i < n; i++) x[i] = row.isNullAt(i) ? Double.NaN : row.getDouble(i);
+            return RowFactory.create(m.probability(x), m.explanation(x, 3));
+        };
+        return functions.udf(decide, VERDICT).apply(functions.struct(values));
     }
 
     // ------------------------------------------------------------------ SQL (reflect) entry points
