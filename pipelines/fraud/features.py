@@ -16,8 +16,10 @@ Beyond the baseline (HISTORY_FEATURES, issue 35), in the same state and the same
   z-score (0 with fewer than two or no spread); and the number of the card's payments over 2.5x
   their own past 30-day mean in the last 1, 7 and 14 days, the payment included;
 - per terminal, ending `delay` days before the payment: the share of frauds over 14, 21 and 28
-  days, the number of known frauds over 28 days, and the days since the last known fraud (capped
-  at NO_FRAUD_DAYS, which also says "none known").
+  days, the number of known frauds over 28 days, the days since the last known fraud (capped
+  at NO_FRAUD_DAYS, which also says "none known"), and the days since the first known fraud of
+  those 28 days (NO_FRAUD_DAYS when none): how long the terminal's current run of frauds has
+  lasted (chosen on the handbook's validation week, bench/RESULTS.md#handbook).
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ RISK_DAYS = (14, 21, 28)        # further terminal risk windows, ending at the d
 NO_FRAUD_DAYS = 90.0            # days since the terminal's last known fraud: the cap, and "none"
 CARD_PAST_FEATURES = (tuple(f"c_amount_ratio_{d}d" for d in PAST_DAYS) + tuple(f"c_amount_z_{d}d" for d in PAST_DAYS)
                       + tuple(f"c_over_mean_{d}d" for d in OVER_MEAN_DAYS))
-TERMINAL_FRAUD_FEATURES = tuple(f"t_risk_{d}d" for d in RISK_DAYS) + ("t_frauds_28d", "t_days_since_fraud")
+TERMINAL_FRAUD_FEATURES = (tuple(f"t_risk_{d}d" for d in RISK_DAYS)
+                           + ("t_frauds_28d", "t_days_since_fraud", "t_days_since_first_fraud"))
 HISTORY_FEATURES = CARD_PAST_FEATURES + TERMINAL_FRAUD_FEATURES
 # everything the job computes per payment, in the order History.java appends them
 STREAM_FEATURES = BASELINE_FEATURES + HISTORY_FEATURES

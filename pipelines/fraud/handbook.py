@@ -354,7 +354,9 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
       over 2.5x their own 30-day past mean (2 x amount x n > 5 x s, n > 0);
     - t_risk_<w>d for w in RISK_DAYS as t_risk in `baseline_features`; t_frauds_28d the frauds
       in (t - delay - 28 days, t - delay]; t_days_since_fraud (t - the last fraud at or before
-      t - delay) in days, capped at NO_FRAUD_DAYS (also when there is none).
+      t - delay) in days, capped at NO_FRAUD_DAYS (also when there is none);
+      t_days_since_first_fraud (t - the first fraud in (t - delay - 28 days, t - delay]) in days,
+      NO_FRAUD_DAYS when there is none.
     """
     n = len(tx)
     t = _times_s(tx)
@@ -408,6 +410,12 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     ts = t[torder]
     since = np.where(known, (ts - ts[np.maximum(prev, 0)]) / 86_400.0, NO_FRAUD_DAYS)
     terminal["t_days_since_fraud"] = np.minimum(since, NO_FRAUD_DAYS)
+    # the first fraud at or after each position (n past the last): the first of the 28-day window
+    following = np.minimum.accumulate(np.where(lab == 1, position, n)[::-1])[::-1]
+    first = np.r_[following, n][start]
+    in_window = first < end
+    terminal["t_days_since_first_fraud"] = np.where(in_window, (ts - ts[np.minimum(first, n - 1)]) / 86_400.0,
+                                                    NO_FRAUD_DAYS)
 
     result = pd.DataFrame(index=tx.index)
     for name in HISTORY_FEATURES:

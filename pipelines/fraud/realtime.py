@@ -310,7 +310,7 @@ def empty_terminal(name: str) -> float:
     """A terminal feature's value for a terminal with no payment in its windows (History.java's)."""
     from pipelines.fraud.features import NO_FRAUD_DAYS
 
-    return NO_FRAUD_DAYS if name == "t_days_since_fraud" else 0.0
+    return NO_FRAUD_DAYS if name.startswith("t_days_since_") else 0.0
 
 
 class TerminalTable:

@@ -126,6 +126,8 @@ def test_card_and_terminal_windows_match_pandas_across_batches(spark, settings, 
     # ... nor are the further ones: payments far over their card's past, terminals with known frauds
     assert (frame["c_over_mean_14d"] > 0).sum() > 100 and (frame["c_amount_z_60d"] > 3).sum() > 100
     assert (frame["t_frauds_28d"] > 1).sum() > 10 and frame["t_days_since_fraud"].between(0, 14, inclusive="neither").sum() > 100
+    # runs of more than one known fraud: their first older than their last
+    assert (frame["t_days_since_first_fraud"] > frame["t_days_since_fraud"]).sum() > 10
     # each card's last row of a batch carries its state after it (issue 35 item 2: the real-time
     # seed's card history): after the second batch, its last 60 days with each payment's
     # over-the-mean flag (amount over 2.5x its 30-day past mean), from their definitions

@@ -16,14 +16,15 @@ import pytest
 from pipelines.fraud import models, realtime, seed, train
 from pipelines.fraud.analyzers import DEFAULT_LIMITS
 from pipelines.fraud.features import (CARD_FEATURES, CARD_PAST_FEATURES, OVER_MEAN_DAYS, PAST_DAYS,
-                                      TERMINAL_FEATURES, WINDOW_DAYS)
+                                      TERMINAL_FEATURES, TERMINAL_FRAUD_FEATURES, WINDOW_DAYS)
 
 pytestmark = pytest.mark.spark
 
 DAY = 86_400_000
 T0 = 1_533_081_600_000  # 2018-08-01 00:00 UTC, a Wednesday
 # features of every kind the real-time path serves (the terminal's: any the companion publishes)
-FEATURES = ("amount", "is_weekend", "is_night", *CARD_FEATURES, *CARD_PAST_FEATURES, *TERMINAL_FEATURES,
+TERMINALS = TERMINAL_FEATURES + TERMINAL_FRAUD_FEATURES
+FEATURES = ("amount", "is_weekend", "is_night", *CARD_FEATURES, *CARD_PAST_FEATURES, *TERMINALS,
             "score_avg_ticket", "score_proximity", "score_velocity")
 DDL = ("txn_id string, card_id string, merchant_id string, amount_cents long, lat double, lon double, "
        "event_time long, partition int, offset long, produced_at long, ts_ms long")
@@ -96,7 +97,7 @@ def publish(tmp_path, version, fitted, terminals: dict, max_gap_ms: int = realti
     fitted.write().overwrite().save(str(folder))
     models.write_export(fitted, FEATURES, folder, explain)
     table = realtime.TerminalTable(tmp_path / realtime.TERMINALS_FILE, 7 * DAY, complete_from)
-    names = list(TERMINAL_FEATURES)
+    names = list(TERMINALS)
     table.update(pa.table({"merchant_id": list(terminals), "event_time": [v[0] for v in terminals.values()],
                            **{n: [v[1][k] for v in terminals.values()] for k, n in enumerate(names)}}))
     served, why, text = realtime.serving_lines(version, 0.5, str(folder), tmp_path)
@@ -123,10 +124,10 @@ def test_the_real_time_path_scores_as_mllib_on_the_same_features(spark, tmp_path
     rows = payments()
     last = rows[-1][6]
     rng = np.random.default_rng(5)
-    terminals = {f"term-{k}": (last, [float(v) for v in rng.random(len(TERMINAL_FEATURES))]) for k in range(2)}
+    terminals = {f"term-{k}": (last, [float(v) for v in rng.random(len(TERMINALS))]) for k in range(2)}
     # every payment served from the table (its gap rule: the other test); term-2 is absent from a
     # table complete since the topic's start: it had no payment, its features are the empty ones
-    empty = [realtime.empty_terminal(n) for n in TERMINAL_FEATURES]
+    empty = [realtime.empty_terminal(n) for n in TERMINALS]
     got = decide(spark, rows, seed_path(tmp_path),
                  publish(tmp_path, version, fitted, terminals, 100 * DAY, realtime.EVER))
     assert list(got["model_version"]) == [version] * len(rows) and got["model_why"].isna().all()
@@ -136,7 +137,7 @@ def test_the_real_time_path_scores_as_mllib_on_the_same_features(spark, tmp_path
     ts = pd.to_datetime([r[6] for r in rows], unit="ms")
     frame["is_weekend"] = ts.dayofweek.isin([5, 6]).astype(float)
     frame["is_night"] = (ts.hour <= 6).astype(float)
-    for k, n in enumerate(TERMINAL_FEATURES):
+    for k, n in enumerate(TERMINALS):
         frame[n] = [terminals[r[2]][1][k] if r[2] in terminals else empty[k] for r in rows]
     for n in ("score_avg_ticket", "score_proximity", "score_velocity"):
         frame[n] = got[n].to_numpy()  # the live analyzers (tests/spark/test_fraud_sql.py checks them)
@@ -156,7 +157,8 @@ def test_what_the_real_time_path_cannot_serve_is_decided_by_the_rules_saying_why
     rows = payments(n_cards=3, per_card=6)
     last = rows[-1][6]
     # term-0 published long before the payments; term-1 just now; term-2 not at all
-    serving = publish(tmp_path, 1, fitted, {"term-0": (last - 30 * DAY, [0.1] * 6), "term-1": (last, [0.2] * 6)})
+    serving = publish(tmp_path, 1, fitted, {"term-0": (last - 30 * DAY, [0.1] * len(TERMINALS)),
+                                            "term-1": (last, [0.2] * len(TERMINALS))})
     recent = [r for r in rows if r[6] >= last - realtime.TERMINAL_MAX_GAP_MS]
     got = decide(spark, rows, seed_path(tmp_path), serving).set_index("txn_id")
     for r in rows:
@@ -215,7 +217,7 @@ def test_after_a_restart_the_model_decides_from_the_first_payment_with_the_seede
     rows = payments(n_cards=4, per_card=12, seed_=8)
     cut = len(rows) // 2
     before, after = rows[:cut], rows[cut:]
-    terminals = {"term-0": (rows[-1][6], [0.3] * len(TERMINAL_FEATURES))}
+    terminals = {"term-0": (rows[-1][6], [0.3] * len(TERMINALS))}
     serving = publish(tmp_path, 1, fitted, terminals, 100 * DAY, realtime.EVER)
     histories = history_text(before)
     snap = seed.Snapshot(as_of=T0, ends={0: cut},
@@ -232,8 +234,8 @@ def test_after_a_restart_the_model_decides_from_the_first_payment_with_the_seede
     ts = pd.to_datetime([r[6] for r in after], unit="ms")
     frame["is_weekend"] = ts.dayofweek.isin([5, 6]).astype(float)
     frame["is_night"] = (ts.hour <= 6).astype(float)
-    empty = [realtime.empty_terminal(n) for n in TERMINAL_FEATURES]
-    for k, n in enumerate(TERMINAL_FEATURES):
+    empty = [realtime.empty_terminal(n) for n in TERMINALS]
+    for k, n in enumerate(TERMINALS):
         frame[n] = [terminals[r[2]][1][k] if r[2] in terminals else empty[k] for r in after]
     for n in ("score_avg_ticket", "score_proximity", "score_velocity"):
         frame[n] = got[n].to_numpy()

@@ -13,7 +13,7 @@ import pytest
 
 from infra.histories import HANDBOOK
 from pipelines.fraud.features import BASELINE_FEATURES
-from pipelines.fraud.handbook import (HandbookDataMissing, Protocol, baseline_features, evaluate,
+from pipelines.fraud.handbook import (HandbookDataMissing, Protocol, baseline_features, evaluate, history_features,
                                       join_decisions, known_compromised, load_history, test_frame)
 
 pytestmark = pytest.mark.unit
@@ -136,6 +136,28 @@ def test_terminal_windows_end_a_delay_before_the_payment():
     # a shorter delay sees more recent payments: t - 1d = 01-08 12:00, 1 day: (01-07 12:00, ..] = d
     g = baseline_features(frame, delay_days=1)
     assert g.loc[4, ["t_count_1d", "t_count_7d", "t_count_30d", "t_risk_30d"]].tolist() == [1, 3, 4, 0.25]
+
+
+
+def test_a_terminal_s_run_of_known_frauds_from_its_first_and_its_last():
+    frame = tx([
+        ("2020-01-01 10:00", "a", "T", 1.0, 1),     # a fraud 40 days before the last payment: out of 28 + 7
+        ("2020-01-20 10:00", "b", "T", 1.0, 1),     # the run's first fraud
+        ("2020-01-25 10:00", "c", "T", 1.0, 1),     # its last known one by 02-10
+        ("2020-02-05 10:00", "d", "T", 1.0, 1),     # not known yet (t - 7d = 02-03 10:00)
+        ("2020-02-10 10:00", "e", "T", 1.0, 0),
+        ("2020-02-10 10:00", "f", "U", 1.0, 0),     # another terminal: none known
+        ("2020-01-27 10:00", "g", "T", 1.0, 0),     # t - 7d = 01-20 10:00: b is on the closed edge, in
+    ])
+    f = history_features(frame, delay_days=7)
+    cols = ["t_frauds_28d", "t_days_since_fraud", "t_days_since_first_fraud"]
+    # e: its window (01-06 10:00, 02-03 10:00] holds b and c; a is older, d not known yet
+    assert f.loc[4, cols].tolist() == [2, 16, 21]
+    assert f.loc[5, cols].tolist() == [0, 90, 90]
+    # g: (12-23 10:00, 01-20 10:00] holds a and b; b at its closed end
+    assert f.loc[6, cols].tolist() == [2, 7, 26]
+    # b itself: a, 19 days before, is known (its own fraud is not, for 7 days)
+    assert f.loc[1, cols].tolist() == [1, 19, 19]
 
 
 def test_the_calendar_flags():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pyarrow as pa
 
 from pipelines.fraud import realtime
@@ -55,4 +56,11 @@ def test_the_terminal_table_keeps_each_terminals_newest_payment_and_survives_a_r
     fresh.update(batch([("m1", 5, 0.0, 0.0)]))
     assert f"complete_from\t{realtime.EVER}" in (tmp_path / "fresh.tsv").read_text()
     assert realtime.empty_terminal("t_days_since_fraud") == 90.0 and realtime.empty_terminal("t_risk_7d") == 0.0
+    # every terminal feature's empty value is what the features give a terminal with no payment before
+    from pipelines.fraud.features import TERMINAL_FEATURES, TERMINAL_FRAUD_FEATURES
+    from pipelines.fraud.handbook import with_features
+    lone = with_features(pd.DataFrame({"event_time": [pd.Timestamp("2020-01-01")], "card_id": ["c"], "merchant_id": ["t"],
+                                       "amount": [1.0], "label": [0]}))
+    assert {n: lone.loc[0, n] for n in TERMINAL_FEATURES + TERMINAL_FRAUD_FEATURES} == {
+        n: realtime.empty_terminal(n) for n in TERMINAL_FEATURES + TERMINAL_FRAUD_FEATURES}
     assert not list(tmp_path.glob("*.tmp"))  # written by rename, never half a file

@@ -115,10 +115,11 @@ public final class History {
      * The terminal's known frauds up to t - delay: the share of frauds over (t - delay - w days,
      * t - delay] for w in RISK_DAYS, the frauds over FRAUDS_DAYS, the days since the last of them
      * (`lastPruned`: the newest fraud dropped from the kept ones, or Long.MIN_VALUE), capped at
-     * NO_FRAUD_DAYS, which also stands for none.
+     * NO_FRAUD_DAYS, which also stands for none, and the days since the first fraud over
+     * FRAUDS_DAYS (NO_FRAUD_DAYS when none): how long the terminal's run of frauds has lasted.
      */
     static double[] fraudFeatures(long[] times, int n, long[] frauds, int nf, long lastPruned, long t, long delayMs) {
-        double[] out = new double[RISK_DAYS.length + 2];
+        double[] out = new double[RISK_DAYS.length + 3];
         long end = t - delayMs;
         for (int k = 0; k < RISK_DAYS.length; k++) {
             long from = end - RISK_DAYS[k] * DAY_MS;
@@ -132,16 +133,20 @@ public final class History {
             out[k] = count == 0 ? 0.0 : Math.min(1.0, (double) fraud / count);
         }
         long from = end - FRAUDS_DAYS * DAY_MS;
-        long known = 0, last = lastPruned <= end ? lastPruned : Long.MIN_VALUE;
+        long known = 0, last = lastPruned <= end ? lastPruned : Long.MIN_VALUE, first = Long.MAX_VALUE;
         for (int i = 0; i < nf; i++) {
             if (frauds[i] <= end) {
-                if (frauds[i] > from) known++;
+                if (frauds[i] > from) {
+                    known++;
+                    first = Math.min(first, frauds[i]);
+                }
                 last = Math.max(last, frauds[i]);
             }
         }
         out[RISK_DAYS.length] = known;
         out[RISK_DAYS.length + 1] = last == Long.MIN_VALUE ? NO_FRAUD_DAYS
             : Math.min((double) (t - last) / DAY_MS, NO_FRAUD_DAYS);
+        out[RISK_DAYS.length + 2] = first == Long.MAX_VALUE ? NO_FRAUD_DAYS : (double) (t - first) / DAY_MS;
         return out;
     }
 
