@@ -49,6 +49,7 @@ DLQ_RAW_LIMIT = DEAD_LETTER_HEAD_BYTES
 # fails only when it stops moving for this long, however long the topic is.
 MARKERS_STALL_S = 15.0
 _COMPACTED: set[str] = set()  # markers topics this process made sure are compacted
+TRANSACTION_BATCH_BYTES = 256 * 1024  # below the broker's 1 MB message.max.bytes
 ABORT_WAIT_S = 5.0  # an abort is a courtesy: the next init_transactions (or the broker's timeout) ends it anyway
 
 log = logging.getLogger(JOB)
@@ -224,7 +225,11 @@ class TransactionalTopic:
         self.owner = owner
         self.expired = 0  # transactions the broker ended on its timeout while we owned the job
         delivery = s.kafka_delivery_timeout_ms
+        # batch_size: a batch's records go out together at its flush anyway; kafka-python's 16 KB
+        # batches (a dozen feature-log records each) cost a wake-up of its sender and a record batch
+        # per 16 KB: 256 KB took a 300-decision batch's write from 37 to 23 ms (2026-11-26)
         self.config = {"transactional_id": f"cardstream-{stream}-{topic}", "acks": "all", "linger_ms": 5,
+                       "batch_size": TRANSACTION_BATCH_BYTES,
                        "delivery_timeout_ms": delivery, "request_timeout_ms": max(1000, min(30_000, delivery // 2)),
                        "max_block_ms": max(1000, min(60_000, delivery)), **producer_config}
         self.producer = None
