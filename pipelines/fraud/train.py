@@ -54,8 +54,10 @@ def candidates():
     # The trees' settings, measured on that validation week (four weeks, bench/RESULTS.md#handbook):
     # bins fine enough for an amount's splits (the scenario of large amounts): at 100 trees AP 0.715
     # with 128 bins, 0.728 with 256 (32, MLlib's default, 0.701 at 60 trees); rising by 0.0005 a 10
-    # trees at 100, so 100 (depth 6 with subsampling 0.8: 0.718 at 150 trees with 128 bins)
-    gbt = {"maxIter": 100, "maxDepth": 5, "stepSize": 0.1, "maxBins": 256}
+    # trees at 100, so 100 (depth 6 with subsampling 0.8: 0.718 at 150 trees with 128 bins). With
+    # t_days_since_first_fraud (2026-11-26, 256 bins): 100 x depth 5 0.734, 150 x depth 5 0.735,
+    # minInstancesPerNode 20 0.733, subsampling 0.8 0.735, 200 x depth 4 0.737: the last
+    gbt = {"maxIter": 200, "maxDepth": 4, "stepSize": 0.1, "maxBins": 256}
     return [
         ("logistic-regression", {"regParam": 1e-4}, named(LogisticRegression(**common, regParam=1e-4,
                                                                              standardization=True, maxIter=100))),
@@ -100,6 +102,7 @@ def fit(spark, estimator, frame: pd.DataFrame, features):
     from pyspark.ml.feature import VectorAssembler
 
     assembler = VectorAssembler(inputCols=list(features), outputCol="m_features", handleInvalid="keep")
+    checkpoint_dir(spark)
     # as many partitions as cores: Arrow slices a frame into 10,000-row partitions, and a tree
     # pays a task per partition for each of its levels (27 for four weeks: most of a fit's time)
     data = (spark.createDataFrame(frame[list(features) + ["label"]].astype(float))
@@ -108,6 +111,17 @@ def fit(spark, estimator, frame: pd.DataFrame, features):
         return Pipeline(stages=[assembler, estimator]).fit(data)
     finally:
         data.unpersist()
+
+
+def checkpoint_dir(spark) -> None:
+    """Give MLlib a checkpoint folder when the session has none: boosted trees then cut their
+    RDD lineage every 10 trees (checkpointInterval). Without it 200 trees' lineage overflowed a
+    task's stack on deserialization (StackOverflowError, 2026-11-26); the trees delete their
+    checkpoints when fitted."""
+    import tempfile
+
+    if spark.sparkContext.getCheckpointDir() is None:
+        spark.sparkContext.setCheckpointDir(tempfile.mkdtemp(prefix="cardstream-mllib-"))
 
 
 def score(spark, pipeline, frame: pd.DataFrame, features) -> np.ndarray:

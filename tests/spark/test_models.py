@@ -3,6 +3,7 @@ its threshold and version; a missing or corrupt model falls back to the rules wi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,12 +31,15 @@ def planted(n: int, seed: int) -> pd.DataFrame:
 def test_a_fitted_model_separates_a_planted_pattern(spark, kind):
     estimator = next(e for k, _, e in train.candidates() if k == kind)
     if kind == "gradient-boosted-trees":
-        estimator.setMaxIter(20)  # the candidate's other settings; its 100 trees cost time, not separation
+        estimator.setMaxIter(20)  # the candidate's other settings; its 200 trees cost time, not separation
     fitted = train.fit(spark, estimator, planted(4_000, 1), models.MODEL_FEATURES)
     test = planted(2_000, 2)
     scores = train.score(spark, fitted, test, models.MODEL_FEATURES)
     assert auc_roc(test["label"].to_numpy(), scores) > 0.9
     assert test["label"].sum() > 20
+    # the trees had a checkpoint folder to cut their lineage in (200 trees overflowed a stack without)
+    folder = spark.sparkContext.getCheckpointDir()
+    assert folder is not None and Path(folder.removeprefix("file:")).is_dir()
 
 
 def test_the_f1_threshold_takes_ties_together():
