@@ -177,7 +177,7 @@ def score(source, s: Settings, threshold: float, labels=None, model=None, card_h
 
 def verdict(scored, threshold: float, model=None):
     """The aggregator's `score`, `is_fraud` and `model_version` beside the analyzers' scores, in the
-    JVM: the rules (model 0: Spark SQL) or a learned version (its MLlib pipeline's transforms)."""
+    JVM: the rules (model 0: Spark SQL) or a learned version (models.scored_columns)."""
     from pyspark.sql import functions as F
 
     from pipelines.fraud.aggregator import aggregate_columns

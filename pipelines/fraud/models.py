@@ -3,8 +3,9 @@ later version a Spark MLlib pipeline fitted on the feature log (`python -m pipel
 
 A version is a row of the store's `models` table (its features in order, its training window, the
 labels it saw, its validation figures, its threshold) and a folder of MLlib files under
-`models/v<N>` beside the store's file. The fraud job serves the newest version that loads, as Spark SQL and
-MLlib transforms in its streaming plan (the JVM); when none exists or the newest cannot be loaded,
+`models/v<N>` beside the store's file. The fraud job serves the newest version that loads, in the JVM in its
+streaming plan (a tree ensemble by ModelScore.verdict over its model.json, a logistic regression by
+MLlib's transforms: `scored_columns`); when none exists or the newest cannot be loaded,
 it decides with the rules and says why in one sentence (`Loaded.why`), never crash-looping.
 """
 from __future__ import annotations
