@@ -311,12 +311,12 @@ def main(argv: list[str]) -> dict:
 def _ours(base, work: Path, topic: str, n: int, fraud: int, total: int, tag: str, args, feeder):
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import fencing
-    from pipelines.usage.job import UsageJob
+    from pipelines.usage.job import UsageJob, spark_conf
 
     s = dataclasses.replace(base, store_path=work / "ours.db", checkpoint_root=work / "checkpoints",
                             trigger_seconds=args.commit_seconds, usage_trigger_seconds=args.commit_seconds)
-    with own_spark("cardstream-bench-peer", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false",
-                                                  "spark.sql.streaming.numRecentProgressUpdates": "1000"}) as spark:
+    with own_spark("cardstream-bench-peer", s, **spark_conf(s),
+                   **{"spark.sql.streaming.numRecentProgressUpdates": "1000"}) as spark:
         job = UsageJob([EO], s, windows=False)
         job.spark = spark
         job.epoch = fencing.take_lease(job.db, "usage")  # the query runs here, not through job.run()

@@ -148,7 +148,7 @@ def executors(spark) -> int:
 def _run(args, base) -> dict:
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from controlplane import fencing
-    from pipelines.usage.job import UsageJob
+    from pipelines.usage.job import UsageJob, spark_conf
 
     topic = args.topic or f"bench-throughput-{uuid.uuid4().hex[:8]}"
     if not args.topic:
@@ -163,7 +163,7 @@ def _run(args, base) -> dict:
                                 store_path=Path(tmp) / "cardstream.db", checkpoint_root=Path(tmp) / "checkpoints",
                                 trigger_seconds=0.0, usage_trigger_seconds=0.0,
                                 usage_max_offsets=args.max_offsets or base.usage_max_offsets)
-        with own_spark("cardstream-bench-throughput", s) as spark:
+        with own_spark("cardstream-bench-throughput", s, **spark_conf(s)) as spark:
             log(f"on {s.spark_master}, load average {' '.join(f'{x:.1f}' for x in _load())} (1, 5, 15 min)")
             job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
             job.spark = spark

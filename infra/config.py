@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Spark's state store providers a usage query's new checkpoint may use (USAGE_STATE_STORE); a
+# checkpoint keeps the provider it was created with (Spark records it in its offset log)
+STATE_STORES = {
+    "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
 
 
 def _int(env, name, default):
@@ -20,6 +26,13 @@ def _int(env, name, default):
         return int(raw)
     except ValueError:
         raise SystemExit(f"{name} must be a whole number, not {raw!r}.") from None
+
+
+def _choice(env, name, default, choices):
+    raw = env.get(name) or default
+    if raw not in choices:
+        raise SystemExit(f"{name} must be one of {', '.join(choices)}, not {raw!r}.")
+    return raw
 
 
 def _float(env, name, default):
@@ -83,6 +96,7 @@ class Settings:
     min_batches_to_retain: int
     dedupe_seconds: int
     usage_max_offsets: int
+    usage_state_store: str  # "memory" (Spark's HDFS-backed store) or "rocksdb": see STATE_STORES
     # Dashboard
     dashboard_host: str
     dashboard_port: int
@@ -280,6 +294,7 @@ def load(env: dict | None = None) -> Settings:
         min_batches_to_retain=_int(env, "MIN_BATCHES_TO_RETAIN", 20),
         dedupe_seconds=_int(env, "DEDUPE_SECONDS", 600),
         usage_max_offsets=_int(env, "USAGE_MAX_OFFSETS", 500_000),
+        usage_state_store=_choice(env, "USAGE_STATE_STORE", "memory", STATE_STORES),
         dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),
         dashboard_port=_int(env, "DASHBOARD_PORT", 8501),
         dashboard_token=env.get("DASHBOARD_TOKEN") or None,

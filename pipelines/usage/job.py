@@ -35,7 +35,7 @@ from controlplane import fencing, ledger
 from controlplane.clock import now_ms
 from controlplane.store import connect, transaction
 from infra import kafka_client, logs
-from infra.config import Settings, load
+from infra.config import STATE_STORES, Settings, load
 from infra.contracts import GUARANTEES
 from pipelines import guarantees
 from pipelines.engine import checkpoints
@@ -222,8 +222,7 @@ class UsageJob:
 
         s = self.s
         ensure_topics([s.topics.decisions], s=s)
-        # no empty batches just to move a watermark: the sinks need no eviction output
-        self.spark = get_spark("cardstream-usage", s, **{"spark.sql.streaming.noDataMicroBatches.enabled": "false"})
+        self.spark = get_spark("cardstream-usage", s, **spark_conf(s))
         starters = self.starters()
         if standby:
             record_ui(self.db, f"{JOB}-standby", self.spark)
@@ -264,6 +263,19 @@ class UsageJob:
                     shutil.rmtree(checkpoint_dir(self.s, p.query), ignore_errors=True)
         if self.spark is not None:
             self.spark.stop()
+
+
+def spark_conf(s: Settings) -> dict[str, str]:
+    """The usage application's own Spark settings (the job's and the benches' sessions alike).
+
+    No empty batches just to move a watermark: the sinks need no eviction output. The dedupe's
+    state in USAGE_STATE_STORE, by default Spark's in-memory (HDFS-backed) store: its dedupe
+    keeps one small row per txn_id for DEDUPE_SECONDS, and RocksDB's JNI get and put per row cost
+    more than the job's whole parse and count (bench/RESULTS.md#throughput). The fraud job stays on
+    RocksDB (transformWithState needs it); a checkpoint keeps the store it was created with.
+    """
+    return {"spark.sql.streaming.noDataMicroBatches.enabled": "false",
+            "spark.sql.streaming.stateStore.providerClass": STATE_STORES[s.usage_state_store]}
 
 
 def count_columns() -> list:
