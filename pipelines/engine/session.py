@@ -33,6 +33,13 @@ def connector_jars(s: Settings) -> list[str]:
     return sorted(str(p) for p in s.spark_jars.glob("*.jar"))
 
 
+# A query stopped while its foreachBatch runs a Spark job: Spark tells that interruption apart by
+# matching the Py4J error's text (a Java stack trace, kilobytes) against `((.|\r\n|\r|\n)*)`,
+# which Java's regex walks with several frames per character: the stream thread died of a
+# StackOverflowError at the default 1 MB stack (a thousand lines in the log at every such stop).
+THREAD_STACK = "-Xss16m"
+
+
 def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_conf):
     """Return the SparkSession for this process (created once, shared after that).
 
@@ -80,7 +87,8 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.warehouse.dir", str(s.run_dir / "spark-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={s.run_dir} {cds.java_options(s)}".strip())
+        .config("spark.driver.extraJavaOptions",
+                f"-Dderby.system.home={s.run_dir} {THREAD_STACK} {cds.java_options(s)}".strip())
     )
     if s.spark_master.startswith("local"):
         # one JVM, whose class path holds our jars: Hadoop's local file system without a `chmod`
