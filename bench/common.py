@@ -228,17 +228,24 @@ def own_broker(s, log):
 def own_spark(app_name: str, s: Settings, **conf):
     """This process's SparkSession (pipelines.engine.session.get_spark), stopped at the end only if
     this bench started it: a bench run inside a process whose session is shared (the tests') leaves
-    that session running."""
+    that session running, with the settings `conf` changed on it put back (the usage job's state
+    store must not become the fraud job's)."""
     # deferred: pyspark (and its JVM) loads only where Spark runs
     from pyspark.sql import SparkSession
 
-    ours = SparkSession.getActiveSession() is None
+    shared = SparkSession.getActiveSession()
+    before = {k: shared.conf.get(k, None) for k in conf} if shared is not None else {}
     spark = get_spark(app_name, s, **conf)
     try:
         yield spark
     finally:
-        if ours:
+        if shared is None:
             spark.stop()
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @contextlib.contextmanager

@@ -21,8 +21,11 @@ Figures (events/s):
 - busy (beside it, named): N / the sum of the batches' triggerExecution, the figure this bench
   printed before 2026-11-25; it leaves out the time between batches.
 - eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run.
+- cpu_us_per_event (local mode): the driver JVM's CPU time over each query's run per event, the
+  median of the rounds; on a machine shared with other work it moves far less than the clocks.
 Prints {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop",
-"wall_clock": true, "busy": {the same four figures and ratios in busy time}}.
+"wall_clock": true, "busy": {the same four figures and ratios in busy time}, "cpu_us_per_event":
+{query: µs}}.
 
 With --cluster the same queries run on the Spark standalone cluster (infra.cluster: started for
 the run unless it is up, stopped after it if the bench started it), as an application with one
@@ -76,21 +79,42 @@ def ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
-def figures(runs: dict[str, list[tuple[float, float]]]) -> dict:
-    """{query: [(wall, busy), ...]} -> the JSON line: medians, wall clock first, busy beside it."""
+def figures(runs: dict[str, list[tuple]]) -> dict:
+    """{query: [(wall, busy[, cpu µs/event]), ...]} -> the JSON line: medians, wall clock first,
+    busy beside it, and the JVM's CPU per event when measured."""
     wall = {q: statistics.median(r[0] for r in rs) for q, rs in runs.items()}
     busy = {q: statistics.median(r[1] for r in rs) for q, rs in runs.items()}
+    cpu = {q: round(statistics.median(r[2] for r in rs), 2) for q, rs in runs.items()
+           if rs and all(len(r) > 2 and r[2] is not None for r in rs)}
 
     def line(eps: dict) -> dict:
         return {**{q: round(eps[q]) for q in (*GUARANTEES, NOOP)},
                 "eo_over_alo": ratio(eps["exactly-once"], eps["at-least-once"]),
                 "eo_over_noop": ratio(eps["exactly-once"], eps[NOOP])}
 
-    return {**line(wall), "wall_clock": True, "busy": line(busy)}
+    out = {**line(wall), "wall_clock": True, "busy": line(busy)}
+    if cpu:
+        out["cpu_us_per_event"] = cpu
+    return out
 
 
-def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[float, float]:
-    """Run one guarantee's query (or the no-op one) over the filled topic to its N-th event."""
+def jvm_cpu_seconds(spark) -> float | None:
+    """CPU time (user + system) the driver's JVM has used so far, from /proc; None off Linux.
+    In local mode every task runs in it, so its difference over a query is the query's CPU, a
+    figure other work on a shared machine disturbs far less than the wall clock."""
+    import os
+
+    try:
+        pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[float, float, float | None]:
+    """Run one guarantee's query (or the no-op one) over the filled topic to its N-th event:
+    (wall-clock events/s, busy events/s, the JVM's CPU µs per event or None on a cluster)."""
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from pipelines import guarantees
     from pipelines.usage.job import reset_sink
@@ -101,10 +125,11 @@ def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[f
         policy = guarantees.policy(query)
         reset_sink(job.db, job.s, policy.query, policy.name)  # its counts, ledger and checkpoint: a fresh run
         stream = job.start_query(policy)
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), jvm_cpu_seconds(job.spark) if job.s.spark_master.startswith("local") else None
     try:
         progress = wait_for_rows(stream, n, timeout, f"{query} query", every=0.2)
         total = time.monotonic() - t0
+        cpu1 = jvm_cpu_seconds(job.spark) if cpu0 is not None else None
         sink = n if query == NOOP else guarantees.counts(job.db).get(query, {}).get("processed", 0)
     finally:
         stream.stop()
@@ -112,9 +137,11 @@ def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[f
     if rows < n or sink != n:
         raise RuntimeError(f"{query}: read {rows} and counted {sink} of {n} events within {timeout:.0f} s")
     wall, busy = rates(progress)
+    cpu_us = (cpu1 - cpu0) * 1e6 / n if cpu1 is not None else None
     log(f"{label}{query}: {rows} rows in {len(progress)} batches -> {wall:,.0f}/s wall clock "
-        f"({rows / wall:.2f} s), {busy:,.0f}/s busy; {rows / total:,.0f}/s counting its start-up ({total:.1f} s)")
-    return wall, busy
+        f"({rows / wall:.2f} s), {busy:,.0f}/s busy; {rows / total:,.0f}/s counting its start-up ({total:.1f} s)"
+        + (f"; the JVM's CPU {cpu_us:.2f} µs an event" if cpu_us is not None else ""))
+    return wall, busy, cpu_us
 
 
 def main(argv: list[str]) -> dict:
@@ -156,7 +183,7 @@ def _run(args, base) -> dict:
         sent, took = fill(base, topic, args.events, args.producers)
         log(f"filled {topic} with {sent} events in {took:.1f} s ({sent / took:,.0f}/s, {args.producers} producers)")
     queries = [NOOP, *GUARANTEES]
-    runs: dict[str, list[tuple[float, float]]] = {q: [] for q in queries}
+    runs: dict[str, list[tuple]] = {q: [] for q in queries}
     extra = {}
     with tempfile.TemporaryDirectory(prefix="bench-throughput-", dir=base.run_dir) as tmp:
         s = dataclasses.replace(base, topics=dataclasses.replace(base.topics, decisions=topic),

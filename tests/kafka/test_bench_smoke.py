@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bench import all as bench_all
 from bench import limit, produce, throughput
+from infra.config import STATE_STORES
 from bench.all import SMOKE
 
 PRODUCE = {"target_rate", "achieved_rate", "p50_send_ms", "p99_send_ms", "timed", "count", "sent", "labels_sent",
@@ -18,7 +19,7 @@ PRODUCE = {"target_rate", "achieved_rate", "p50_send_ms", "p99_send_ms", "timed"
 LIMIT = {"kafka_python_consume_eps", "spark_noop_eps", "produce_eps", "events", "partitions", "producers", "cpus",
          "load_average_1m"}
 THROUGHPUT = {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop", "wall_clock",
-              "busy"}
+              "busy", "cpu_us_per_event"}
 BUSY = {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop"}
 
 
@@ -44,11 +45,16 @@ def test_limit_and_throughput_run_on_the_shared_spark_session(kafka, spark):
     assert set(out) == THROUGHPUT, set(out) ^ THROUGHPUT
     assert set(out["busy"]) == BUSY, set(out["busy"]) ^ BUSY
     assert out["wall_clock"] is True
+    # local mode: the JVM's CPU per event of every query
+    assert set(out["cpu_us_per_event"]) == BUSY - {"eo_over_alo", "eo_over_noop"}
+    assert min(out["cpu_us_per_event"].values()) > 0
     for figures in (out, out["busy"]):
         assert min(figures[q] for q in ("at-most-once", "at-least-once", "exactly-once", "noop")) > 0
         assert abs(figures["eo_over_alo"] - figures["exactly-once"] / figures["at-least-once"]) < 0.01
         assert abs(figures["eo_over_noop"] - figures["exactly-once"] / figures["noop"]) < 0.01
     # busy time leaves out the time between batches: never a lower rate than the wall clock's
     assert out["busy"]["exactly-once"] >= out["exactly-once"] * 0.999
-    # the benches leave a session they did not start running
+    # the benches leave a session they did not start running, with its own state store (the usage
+    # job's in-memory one would break the fraud job's transformWithState in the next test)
     assert spark.range(3).count() == 3
+    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == STATE_STORES["rocksdb"]

@@ -64,6 +64,14 @@ def test_throughput_figures_are_medians_with_ratios_in_both_clocks():
     assert (out["eo_over_alo"], out["eo_over_noop"]) == (0.625, 0.455)
     assert out["busy"] == {"noop": 210, "at-most-once": 95, "at-least-once": 100, "exactly-once": 85,
                            "eo_over_alo": 0.85, "eo_over_noop": 0.405}
+    assert "cpu_us_per_event" not in out  # not measured (a cluster's executors): not reported
+
+
+def test_throughput_reports_the_jvm_s_cpu_per_event_as_the_median_of_the_rounds():
+    runs = {q: [(1.0, 1.0, us), (1.0, 1.0, us * 3), (1.0, 1.0, us * 2)]
+            for q, us in (("noop", 1.0), ("at-most-once", 4.0), ("at-least-once", 4.0), ("exactly-once", 5.0))}
+    assert figures(runs)["cpu_us_per_event"] == {"noop": 2.0, "at-most-once": 8.0, "at-least-once": 8.0,
+                                                 "exactly-once": 10.0}
 
 
 def test_commit_latencies_pick_the_first_commit_covering_each_record():
