@@ -9,7 +9,8 @@ into the `noop` sink (the records read and materialised, nothing done: bench/lim
 At-most-once is told to start from the earliest offset here (it normally starts from the latest),
 otherwise it would see none of the pre-filled topic. Every query runs with a 0 s trigger (a batch
 starts when the one before it ends; the job's own USAGE_TRIGGER_SECONDS paces a live feed, not a
-backlog) and maxOffsetsPerTrigger as the job's (USAGE_MAX_OFFSETS). One untimed warm-up pass first (JIT); with
+backlog) and maxOffsetsPerTrigger as the job's (USAGE_MAX_OFFSETS), and its state is unloaded from
+the JVM when it stops (`unload_state`). One untimed warm-up pass first (JIT); with
 `--rounds R` every query runs R times, each round in a rotated order (so a load that drifts over
 the run falls on every query alike), and each figure is the median of its R runs.
 
@@ -98,6 +99,15 @@ def figures(runs: dict[str, list[tuple]]) -> dict:
     return out
 
 
+def unload_state(spark) -> None:
+    """Drop the stopped query's state from the JVM before the next query runs. Spark unloads a
+    stopped query's state stores at its next maintenance (every 60 s); queries run back to back
+    here would otherwise carry their predecessors' (an in-memory store's million keys a run) in
+    the same heap, and every later query's figures would include that garbage collection."""
+    state = getattr(spark._jvm.org.apache.spark.sql.execution.streaming.state, "StateStore$")
+    state.__getattr__("MODULE$").unloadAll()
+
+
 def jvm_cpu_seconds(spark) -> float | None:
     """CPU time (user + system) the driver's JVM has used so far, from /proc; None off Linux.
     In local mode every task runs in it, so its difference over a query is the query's CPU, a
@@ -133,6 +143,7 @@ def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[f
         sink = n if query == NOOP else guarantees.counts(job.db).get(query, {}).get("processed", 0)
     finally:
         stream.stop()
+        unload_state(job.spark)
     rows = sum(p["numInputRows"] for p in progress)
     if rows < n or sink != n:
         raise RuntimeError(f"{query}: read {rows} and counted {sink} of {n} events within {timeout:.0f} s")
