@@ -248,6 +248,15 @@ def own_spark(app_name: str, s: Settings, **conf):
                 spark.conf.set(key, value)
 
 
+def unload_state(spark) -> None:
+    """Drop stopped queries' state from the JVM before the next query runs. Spark unloads a
+    stopped query's state stores at its next maintenance (every 60 s); queries run back to back in
+    one bench would otherwise carry their predecessors' (an in-memory store's million keys a run)
+    in the same heap, and every later query's figures would include that garbage collection."""
+    state = getattr(spark._jvm.org.apache.spark.sql.execution.streaming.state, "StateStore$")
+    state.__getattr__("MODULE$").unloadAll()
+
+
 @contextlib.contextmanager
 def own_cluster(s, log):
     """Start the Spark standalone cluster (infra.cluster) unless ours runs; stop it only if we started it."""

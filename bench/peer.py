@@ -49,7 +49,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import (commit_latencies, create_topic, delete_topics, fill, fraud_in, logger, own_broker,
-                          own_spark, paced_producer, pct, read_stamps)
+                          own_spark, paced_producer, pct, read_stamps, unload_state)
 from controlplane import ledger
 from infra.config import ROOT, load
 
@@ -205,6 +205,7 @@ def run_ours(job, topic: str, expect: int, timeout: float, feed=None) -> tuple[d
             batches[p["batchId"]] = p
     finally:
         query.stop()
+        unload_state(job.spark)  # the warm-up's keys must not weigh on the measured run's heap
     applied = [b for b in ledger.batches(job.db, eo.query) if b["outcome"] == ledger.APPLIED]
     commits = [(b["ts"], b["processed"], {int(p): o for p, o in json.loads(b["end_offsets"]).get(topic, {}).items()})
                for b in applied]

@@ -45,7 +45,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import fill, own_broker, own_cluster, own_spark, wait_for_rows
+from bench.common import fill, own_broker, own_cluster, own_spark, unload_state, wait_for_rows
 from bench.limit import noop_query
 from infra import cluster
 from infra.config import load
@@ -97,15 +97,6 @@ def figures(runs: dict[str, list[tuple]]) -> dict:
     if cpu:
         out["cpu_us_per_event"] = cpu
     return out
-
-
-def unload_state(spark) -> None:
-    """Drop the stopped query's state from the JVM before the next query runs. Spark unloads a
-    stopped query's state stores at its next maintenance (every 60 s); queries run back to back
-    here would otherwise carry their predecessors' (an in-memory store's million keys a run) in
-    the same heap, and every later query's figures would include that garbage collection."""
-    state = getattr(spark._jvm.org.apache.spark.sql.execution.streaming.state, "StateStore$")
-    state.__getattr__("MODULE$").unloadAll()
 
 
 def jvm_cpu_seconds(spark) -> float | None:
