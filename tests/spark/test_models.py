@@ -28,7 +28,7 @@ def planted(n: int, seed: int) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("kind", ["gradient-boosted-trees"])  # the logistic regression: tests/spark/test_handbook_protocol.py
-def test_a_fitted_model_separates_a_planted_pattern(spark, kind):
+def test_a_fitted_model_separates_a_planted_pattern(spark, settings, kind):
     estimator = next(e for k, _, e in train.candidates() if k == kind)
     if kind == "gradient-boosted-trees":
         estimator.setMaxIter(20)  # the candidate's other settings; its 200 trees cost time, not separation
@@ -40,6 +40,7 @@ def test_a_fitted_model_separates_a_planted_pattern(spark, kind):
     # the trees had a checkpoint folder to cut their lineage in (200 trees overflowed a stack without)
     folder = spark.sparkContext.getCheckpointDir()
     assert folder is not None and Path(folder.removeprefix("file:")).is_dir()
+    assert Path(folder.removeprefix("file:")).parent == settings.run_dir / "mllib-checkpoints"  # not /tmp
 
 
 def test_the_f1_threshold_takes_ties_together():
