@@ -64,6 +64,20 @@ def test_the_jvm_and_mllib_give_the_same_probability(spark, tmp_path, kind):
     np.testing.assert_allclose(jvm, mllib, rtol=0, atol=1e-9)
 
 
+def registered_trees(store_path, folder, features):
+    """A tree version saved in `folder`, registered in a store at `store_path`, loaded as the job
+    loads its newest version."""
+    from controlplane.store import connect
+
+    db = connect(store_path)
+    models.register(db, {"explain": json.dumps(models.tree_explain(features)), "kind": "gradient-boosted-trees",
+                         "params": "{}", "features": json.dumps(list(features)), "train_from": "2018-07-25",
+                         "train_to": "2018-07-31", "as_of": "2018-08-08T00:00:00", "threshold": 0.5,
+                         "validation": "{}", "candidates": "[]", "path": str(folder), "train_rows": 1,
+                         "train_frauds": 1, "fit_s": 0.0, "created_at": 0})
+    return models.load(db)
+
+
 @pytest.mark.parametrize("kind", ["random-forest", "gradient-boosted-trees"])
 def test_a_tree_ensembles_explanation_is_its_path_attribution(spark, tmp_path, kind):
     """Saabas: the contributions plus the root's value are the forest's mean class share (the
@@ -99,8 +113,6 @@ def test_the_stateful_path_explains_a_tree_ensembles_decisions(spark, tmp_path):
     the JVM, not MLlib's transform) gives MLlib's probability to 1e-9 and carries its top three
     path attributions, ModelScore.explain's; the planted pattern's features lead the flagged
     payments'."""
-    from controlplane.store import connect
-
     features = models.MODEL_FEATURES
     rng = np.random.default_rng(7)
 
@@ -114,13 +126,7 @@ def test_the_stateful_path_explains_a_tree_ensembles_decisions(spark, tmp_path):
     folder = tmp_path / "models" / "v1"
     fitted.write().overwrite().save(str(folder))
     models.write_export(fitted, features, folder)
-    db = connect(tmp_path / "store.db")
-    models.register(db, {"explain": json.dumps(models.tree_explain(features)), "kind": "gradient-boosted-trees",
-                         "params": "{}", "features": json.dumps(list(features)), "train_from": "2018-07-25",
-                         "train_to": "2018-07-31", "as_of": "2018-08-08T00:00:00", "threshold": 0.5,
-                         "validation": "{}", "candidates": "[]", "path": str(folder), "train_rows": 1,
-                         "train_frauds": 1, "fit_s": 0.0, "created_at": 0})
-    loaded = models.load(db)
+    loaded = registered_trees(tmp_path / "store.db", folder, features)
     assert models.jvm_verdict(loaded) == folder / models.MODEL_JSON
     test = frame(400).assign(amount_cents=lambda f: (f["amount"] * 100).round().astype("int64"))
     test.loc[test.index[:30], "t_risk_7d"] = np.nan   # missing: NaN in both, sent right by every split
@@ -146,8 +152,6 @@ def test_the_stateful_path_explains_a_tree_ensembles_decisions(spark, tmp_path):
 def test_a_model_json_the_jvm_cannot_read_leaves_mllib_deciding(spark, tmp_path):
     """A tree version whose model.json is of another format: the plan is still built (no batch
     fails, no crash loop), MLlib's transform decides, and the decisions say nothing of a path."""
-    from controlplane.store import connect
-
     features = models.MODEL_FEATURES
     rng = np.random.default_rng(11)
     frame = pd.DataFrame({name: rng.random(600) for name in features})
@@ -157,13 +161,7 @@ def test_a_model_json_the_jvm_cannot_read_leaves_mllib_deciding(spark, tmp_path)
     fitted.write().overwrite().save(str(folder))
     spec = models.export(fitted, features)
     (folder / models.MODEL_JSON).write_text(json.dumps({**spec, "format": 99}))
-    db = connect(tmp_path / "store.db")
-    models.register(db, {"explain": json.dumps(models.tree_explain(features)), "kind": "gradient-boosted-trees",
-                         "params": "{}", "features": json.dumps(list(features)), "train_from": "2018-07-25",
-                         "train_to": "2018-07-31", "as_of": "2018-08-08T00:00:00", "threshold": 0.5,
-                         "validation": "{}", "candidates": "[]", "path": str(folder), "train_rows": 1,
-                         "train_frauds": 1, "fit_s": 0.0, "created_at": 0})
-    loaded = models.load(db)
+    loaded = registered_trees(tmp_path / "store.db", folder, features)
     assert models.jvm_verdict(loaded) == folder / models.MODEL_JSON  # looks servable, the JVM refuses it
     test = frame.head(50).assign(amount_cents=lambda f: (f["amount"] * 100).round().astype("int64"), row=range(50))
     out = models.scored_columns(spark.createDataFrame(test.drop(columns=["amount", "label"])), loaded).toPandas()

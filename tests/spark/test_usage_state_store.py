@@ -30,10 +30,12 @@ def usage_conf(spark, settings):
         spark.conf.set(k, v)
 
 
-def decisions(ids: list[str], now: int) -> list[tuple]:
+def send(spark, folder: str, ids: list[str]) -> None:
+    """Decisions for `ids` (a txn_id ending in "f" is fraud) as Kafka's rows, into the folder read."""
+    now = int(time.time() * 1000)
     records = [(i.encode(), json.dumps({"txn_id": i, "card_id": "card-1", "event_time": now - 1_000,
                                         "is_fraud": i.endswith("f")}).encode()) for i in ids]
-    return kafka_rows(records, now)
+    spark.createDataFrame(kafka_rows(records, now), kafka_schema()).write.mode("append").parquet(folder)
 
 
 def run_once(spark, s, folder: str, checkpoint: str) -> tuple[int, int]:
@@ -59,14 +61,13 @@ def provider_of(checkpoint: str, batch: int) -> str:
 
 
 def test_a_checkpoint_keeps_its_store_and_its_state_across_the_switch(spark, settings, tmp_path, usage_conf):
-    now = int(time.time() * 1000)
     folder, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
-    spark.createDataFrame(decisions(["a", "b", "cf"], now), kafka_schema()).write.mode("append").parquet(folder)
+    send(spark, folder, ["a", "b", "cf"])
     usage_conf(dataclasses.replace(settings, usage_state_store="rocksdb"))
     assert run_once(spark, settings, folder, checkpoint) == (3, 1)
 
     # the job restarted with the in-memory store: the checkpoint still remembers "b" and "cf"
-    spark.createDataFrame(decisions(["b", "cf", "d", "ef"], now), kafka_schema()).write.mode("append").parquet(folder)
+    send(spark, folder, ["b", "cf", "d", "ef"])
     usage_conf(dataclasses.replace(settings, usage_state_store="memory"))
     assert spark.conf.get(PROVIDER) == STATE_STORES["memory"]
     assert run_once(spark, settings, folder, checkpoint) == (2, 1)
@@ -74,11 +75,10 @@ def test_a_checkpoint_keeps_its_store_and_its_state_across_the_switch(spark, set
 
 
 def test_a_new_checkpoint_takes_the_configured_store_and_dedupes_in_it(spark, settings, tmp_path, usage_conf):
-    now = int(time.time() * 1000)
     folder, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
-    spark.createDataFrame(decisions(["a", "bf", "a"], now), kafka_schema()).write.mode("append").parquet(folder)
+    send(spark, folder, ["a", "bf", "a"])
     usage_conf(dataclasses.replace(settings, usage_state_store="memory"))
     assert run_once(spark, settings, folder, checkpoint) == (2, 1)
-    spark.createDataFrame(decisions(["bf", "c"], now), kafka_schema()).write.mode("append").parquet(folder)
+    send(spark, folder, ["bf", "c"])
     assert run_once(spark, settings, folder, checkpoint) == (1, 0)
     assert provider_of(checkpoint, 1) == STATE_STORES["memory"]
