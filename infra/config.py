@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Spark's state store providers a usage query's new checkpoint may use (USAGE_STATE_STORE); a
 # checkpoint keeps the provider it was created with (Spark records it in its offset log)
 STATE_STORES = {
+    "inplace": "cardstream.state.InPlaceStateStoreProvider",  # pipelines/engine/jvm
     "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
@@ -96,7 +97,7 @@ class Settings:
     min_batches_to_retain: int
     dedupe_seconds: int
     usage_max_offsets: int
-    usage_state_store: str  # "memory" (Spark's HDFS-backed store) or "rocksdb": see STATE_STORES
+    usage_state_store: str  # "inplace" (ours), "memory" (Spark's HDFS-backed store) or "rocksdb": see STATE_STORES
     # Dashboard
     dashboard_host: str
     dashboard_port: int
@@ -294,7 +295,7 @@ def load(env: dict | None = None) -> Settings:
         min_batches_to_retain=_int(env, "MIN_BATCHES_TO_RETAIN", 20),
         dedupe_seconds=_int(env, "DEDUPE_SECONDS", 600),
         usage_max_offsets=_int(env, "USAGE_MAX_OFFSETS", 500_000),
-        usage_state_store=_choice(env, "USAGE_STATE_STORE", "memory", STATE_STORES),
+        usage_state_store=_choice(env, "USAGE_STATE_STORE", "inplace", STATE_STORES),
         dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),
         dashboard_port=_int(env, "DASHBOARD_PORT", 8501),
         dashboard_token=env.get("DASHBOARD_TOKEN") or None,

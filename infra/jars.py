@@ -1,8 +1,9 @@
 """Fetch the JVM jars CardStream runs on: the Kafka broker and the Spark-Kafka connector.
 
-Three small jars are compiled here too, against PySpark's own jars: the Kafka token shim
-(infra/shim), the local file system without a process per file (infra/localfs) and the fraud
-job's JVM scoring and live profiles (pipelines/fraud/jvm).
+Four small jars are compiled here too, against PySpark's own jars: the Kafka token shim
+(infra/shim), the local file system without a process per file (infra/localfs), the fraud
+job's JVM scoring and live profiles (pipelines/fraud/jvm) and the usage job's in-place state
+store (pipelines/engine/jvm).
 
 `python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
 there. Each folder is filled under a temporary name and renamed only when complete, with a
@@ -31,7 +32,8 @@ SHIM_JAR = "cardstream-kafka-token-shim.jar"
 LOCAL_FS_JAR = "cardstream-local-fs.jar"
 JAVA_JARS = {SHIM_JAR: INFRA / "shim",
              LOCAL_FS_JAR: INFRA / "localfs",
-             "cardstream-live-profiles.jar": ROOT / "pipelines" / "fraud" / "jvm"}
+             "cardstream-live-profiles.jar": ROOT / "pipelines" / "fraud" / "jvm",
+             "cardstream-state-store.jar": ROOT / "pipelines" / "engine" / "jvm"}
 MANIFEST = ".complete.json"
 NETWORK_SIGNS = ("No plugin found for prefix", "Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",
                  "Connection refused", "Connect to", "timed out", "UnknownHostException")

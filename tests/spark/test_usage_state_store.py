@@ -66,19 +66,20 @@ def test_a_checkpoint_keeps_its_store_and_its_state_across_the_switch(spark, set
     usage_conf(dataclasses.replace(settings, usage_state_store="rocksdb"))
     assert run_once(spark, settings, folder, checkpoint) == (3, 1)
 
-    # the job restarted with the in-memory store: the checkpoint still remembers "b" and "cf"
+    # the job restarted with the in-place store: the checkpoint still remembers "b" and "cf"
     send(spark, folder, ["b", "cf", "d", "ef"])
-    usage_conf(dataclasses.replace(settings, usage_state_store="memory"))
-    assert spark.conf.get(PROVIDER) == STATE_STORES["memory"]
+    usage_conf(dataclasses.replace(settings, usage_state_store="inplace"))
+    assert spark.conf.get(PROVIDER) == STATE_STORES["inplace"]
     assert run_once(spark, settings, folder, checkpoint) == (2, 1)
     assert provider_of(checkpoint, 0) == provider_of(checkpoint, 1) == STATE_STORES["rocksdb"]
 
 
-def test_a_new_checkpoint_takes_the_configured_store_and_dedupes_in_it(spark, settings, tmp_path, usage_conf):
+@pytest.mark.parametrize("kind", ["inplace", "memory"])
+def test_a_new_checkpoint_takes_the_configured_store_and_dedupes_in_it(spark, settings, tmp_path, usage_conf, kind):
     folder, checkpoint = str(tmp_path / "in"), str(tmp_path / "checkpoint")
     send(spark, folder, ["a", "bf", "a"])
-    usage_conf(dataclasses.replace(settings, usage_state_store="memory"))
+    usage_conf(dataclasses.replace(settings, usage_state_store=kind))
     assert run_once(spark, settings, folder, checkpoint) == (2, 1)
     send(spark, folder, ["bf", "c"])
     assert run_once(spark, settings, folder, checkpoint) == (1, 0)
-    assert provider_of(checkpoint, 1) == STATE_STORES["memory"]
+    assert provider_of(checkpoint, 1) == STATE_STORES[kind]
