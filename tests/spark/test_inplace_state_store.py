@@ -32,7 +32,7 @@ def value_bytes(expires: int) -> bytes:
 class Stores:
     """Providers of one state partition (operator 0, partition 0) under `root`, as Spark makes them."""
 
-    def __init__(self, spark, root: Path, min_deltas: int = 10, retain: int = 100):
+    def __init__(self, spark, root: Path, min_deltas: int = 10, retain: int = 100, compact_above: int | None = None):
         self.spark, self.root = spark, root
         jvm = spark._jvm
         self.jvm, self.state = jvm, jvm.org.apache.spark.sql.execution.streaming.state
@@ -43,12 +43,15 @@ class Stores:
         self.conf = self.state.StateStoreConf(conf, empty)
         types = jvm.org.apache.spark.sql.types.DataType
         self.key_schema, self.value_schema = types.fromJson(KEY), types.fromJson(VALUE)
+        self.hadoop = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
+        if compact_above is not None:
+            self.hadoop.setLong(jvm.cardstream.state.InPlaceStateStoreProvider.COMPACT_ABOVE, compact_above)
 
     def provider(self):
         p = self.jvm.cardstream.state.InPlaceStateStoreProvider()
         sid = self.state.StateStoreId(str(self.root), 0, 0, "default")
         p.init(sid, self.key_schema, self.value_schema, self.state.NoPrefixKeyStateEncoderSpec(self.key_schema),
-               False, self.conf, self.spark._jsc.hadoopConfiguration(), False, self.jvm.scala.Option.empty())
+               False, self.conf, self.hadoop, False, self.jvm.scala.Option.empty())
         return p
 
     def row(self, data: bytes, fields: int = 1):
@@ -216,3 +219,30 @@ def test_a_torn_delta_file_is_a_clear_error_not_an_empty_state(stores):
     delta.unlink()
     with pytest.raises(Exception, match="the delta of 1 is missing"):
         open_store(stores, stores.provider(), 1)
+
+
+def test_a_table_mostly_dead_is_compacted_between_batches_and_rows_handed_out_stay_valid(spark, tmp_path):
+    stores = Stores(spark, tmp_path / "state", compact_above=1)
+    p = stores.provider()
+    s = open_store(stores, p, 0)
+    for i in range(100):
+        put(stores, s, f"tx-{i}", i)
+    s.commit()
+    s = open_store(stores, p, 1)
+    kept = s.get(stores.row(key_bytes("tx-95")), "default")  # a row pointed into the old slab
+    for i in range(90):
+        remove(stores, s, f"tx-{i}")
+    put(stores, s, "tx-99", 990)
+    s.commit()
+    before = s.metrics().memoryUsedBytes()
+    s = open_store(stores, p, 2)  # compacted here: more dead bytes than live ones
+    assert s.metrics().memoryUsedBytes() < before
+    assert contents(s) == {**{f"tx-{i}": i for i in range(90, 99)}, "tx-99": 990}
+    assert kept.getLong(0) == 95
+    put(stores, s, "new", 1)
+    s.abort()  # rolled back over the compacted table
+    s = open_store(stores, p, 2)
+    put(stores, s, "tx-90", 900)
+    s.commit()
+    assert contents(open_store(stores, stores.provider(), 3)) == {
+        **{f"tx-{i}": i for i in range(91, 99)}, "tx-90": 900, "tx-99": 990}

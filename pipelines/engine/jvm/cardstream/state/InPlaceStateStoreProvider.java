@@ -4,7 +4,6 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeMap;
 
@@ -65,6 +64,8 @@ import scala.runtime.BoxedUnit;
 public final class InPlaceStateStoreProvider implements StateStoreProvider {
   private static final Logger LOG = LoggerFactory.getLogger(InPlaceStateStoreProvider.class);
   private static final String DEFAULT = "default";
+  /** Hadoop configuration key: dead bytes a table may hold before it is compacted (32 MB). */
+  public static final String COMPACT_ABOVE = "cardstream.state.compactAboveBytes";
 
   private StateStoreProvider delegate;
   private StateStoreId id;
@@ -76,7 +77,8 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
   private CheckpointFileManager fm;
   private CompressionCodec codec;
 
-  private Table table = new Table();
+  private long compactAbove = 32L << 20;
+  private Table table = new Table(compactAbove);
   private long loadedVersion = -1; // the version `table` holds; -1: none
   private long lastSnapshot = 0;   // the newest snapshot written or read (0: none)
   private Store open;              // the store updating `table`, between getStore and commit/abort
@@ -96,6 +98,8 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     }
     this.conf = storeConf;
     this.hadoopConf = hadoopConf;
+    this.compactAbove = hadoopConf.getLong(COMPACT_ABOVE, compactAbove);
+    this.table = new Table(compactAbove);
     this.keyFields = keySchema.length();
     this.valueFields = valueSchema.length();
     this.dir = stateStoreId.storeCheckpointLocation();
@@ -127,6 +131,8 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       if (loadedVersion != version) {
         table = load(version);
         loadedVersion = version;
+      } else if (table.wasteful()) {
+        table = table.compacted();
       }
       open = new Store(version, table, forceSnapshotOnCommit, true);
       return open;
@@ -172,7 +178,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return;
     }
     synchronized (this) {
-      table = new Table();
+      table = new Table(compactAbove);
       loadedVersion = -1;
       open = null;
     }
@@ -229,7 +235,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
 
   /** The table at `version`: the newest snapshot at or before it, then each delta after it. */
   private Table load(long version) {
-    Table t = new Table();
+    Table t = new Table(compactAbove);
     if (version == 0) {
       return t;
     }
@@ -273,9 +279,9 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
         if (valueSize < 0) {
           t.remove(key, Platform.BYTE_ARRAY_OFFSET, keySize);
         } else {
-          byte[] e = Table.entry(key, Platform.BYTE_ARRAY_OFFSET, keySize, valueSize);
-          in.readFully(e, 8 + keySize, valueSize);
-          t.put(e);
+          byte[] value = new byte[valueSize];
+          in.readFully(value);
+          t.put(t.append(key, Platform.BYTE_ARRAY_OFFSET, keySize, value, Platform.BYTE_ARRAY_OFFSET, valueSize));
         }
       }
     } catch (EOFException e) {
@@ -288,11 +294,8 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     CheckpointFileManager.CancellableFSDataOutputStream raw = fm.createAtomic(path, true);
     try {
       DataOutputStream out = new DataOutputStream(codec.compressedOutputStream(raw));
-      byte[][] entries = t.entries;
-      for (byte[] e : entries) {
-        if (e != null && e != Table.TOMB) {
-          Table.writeEntry(out, e);
-        }
+      for (long ref = t.next(0); ref != 0; ref = t.next(ref)) {
+        t.write(out, ref);
       }
       out.writeInt(-1);
       out.close();
@@ -336,8 +339,9 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     private final boolean forceSnapshot;
     private final boolean writable;
     private final UnsafeRowPair pair = new UnsafeRowPair(null, null);
-    // undo: pairs of (an entry naming the key, the entry before or null), in the order applied
-    private final ArrayList<byte[]> undo = new ArrayList<>();
+    // undo: pairs of (an entry naming the key, the entry before or 0), in the order applied
+    private long[] undo = new long[64];
+    private int undone; // longs used in `undo`
     private CheckpointFileManager.CancellableFSDataOutputStream raw;
     private DataOutputStream delta;
     private int state = 0; // 0 updating, 1 committed, 2 aborted
@@ -361,16 +365,21 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
 
     @Override
     public UnsafeRow get(UnsafeRow key, String colFamilyName) {
-      byte[] e = t.get(key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes());
-      return e == null ? null : valueOf(e);
+      long ref = t.get(key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes());
+      if (ref == 0) {
+        return null;
+      }
+      UnsafeRow v = new UnsafeRow(valueFields);
+      t.pointValue(v, ref);
+      return v;
     }
 
-    private UnsafeRow valueOf(byte[] e) {
-      int keySize = Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET);
-      int valueSize = Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET + 4);
-      UnsafeRow v = new UnsafeRow(valueFields);
-      v.pointTo(e, Platform.BYTE_ARRAY_OFFSET + 8 + keySize, valueSize);
-      return v;
+    private void remember(long named, long before) {
+      if (undone + 2 > undo.length) {
+        undo = java.util.Arrays.copyOf(undo, undo.length * 2);
+      }
+      undo[undone++] = named;
+      undo[undone++] = before;
     }
 
     private void updating() {
@@ -390,14 +399,11 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     @Override
     public void put(UnsafeRow key, UnsafeRow value, String colFamilyName) {
       updating();
-      byte[] e = Table.entry(key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes(), value.getSizeInBytes());
-      Platform.copyMemory(value.getBaseObject(), value.getBaseOffset(), e,
-          Platform.BYTE_ARRAY_OFFSET + 8 + key.getSizeInBytes(), value.getSizeInBytes());
-      byte[] before = t.put(e);
-      undo.add(e);
-      undo.add(before);
+      long ref = t.append(key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes(),
+          value.getBaseObject(), value.getBaseOffset(), value.getSizeInBytes());
+      remember(ref, t.put(ref));
       try {
-        Table.writeEntry(delta(), e);
+        t.write(delta(), ref);
       } catch (IOException ex) {
         throw new IllegalStateException(this + ": cannot write the delta of version " + (version + 1), ex);
       }
@@ -406,16 +412,15 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     @Override
     public void remove(UnsafeRow key, String colFamilyName) {
       updating();
-      byte[] before = t.remove(key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes());
-      if (before == null) {
+      long before = t.remove(key.getBaseObject(), key.getBaseOffset(), key.getSizeInBytes());
+      if (before == 0) {
         return;
       }
-      undo.add(before);
-      undo.add(before);
+      remember(before, before);
       try {
         DataOutputStream out = delta();
         out.writeInt(key.getSizeInBytes());
-        out.write(before, 8, key.getSizeInBytes());
+        t.writeKey(out, before);
         out.writeInt(-1);
       } catch (IOException ex) {
         throw new IllegalStateException(this + ": cannot write the delta of version " + (version + 1), ex);
@@ -435,7 +440,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       }
       synchronized (InPlaceStateStoreProvider.this) {
         state = 1;
-        undo.clear();
+        undone = 0;
         loadedVersion = version + 1;
         if (open == this) {
           open = null;
@@ -461,17 +466,14 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
         return;
       }
       state = 2;
-      for (int i = undo.size() - 2; i >= 0; i -= 2) {
-        byte[] named = undo.get(i);
-        byte[] before = undo.get(i + 1);
-        if (before != null) {
-          t.put(before);
+      for (int i = undone - 2; i >= 0; i -= 2) {
+        if (undo[i + 1] != 0) {
+          t.put(undo[i + 1]);
         } else {
-          int keySize = Platform.getInt(named, Platform.BYTE_ARRAY_OFFSET);
-          t.remove(named, Platform.BYTE_ARRAY_OFFSET + 8, keySize);
+          t.removeKeyOf(undo[i]);
         }
       }
-      undo.clear();
+      undone = 0;
       if (raw != null) {
         raw.cancel();
       }
@@ -505,35 +507,30 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
 
     @Override
     public StateStoreIterator<UnsafeRowPair> iterator(String colFamilyName) {
-      byte[][] entries = t.entries;
       // one key row and one value row, pointed at each entry in turn (as RocksDB's store does)
       UnsafeRow key = new UnsafeRow(keyFields);
       UnsafeRow value = new UnsafeRow(valueFields);
       java.util.Iterator<UnsafeRowPair> it = new java.util.Iterator<UnsafeRowPair>() {
-        int i = advance(0);
-
-        int advance(int from) {
-          while (from < entries.length && (entries[from] == null || entries[from] == Table.TOMB)) {
-            from++;
-          }
-          return from;
-        }
+        long last = 0;   // the entry handed out last (0: none yet)
+        long ahead = -1; // the live entry after it, once looked for
 
         @Override
         public boolean hasNext() {
-          return i < entries.length;
+          if (ahead == -1) { // looked for only now: the caller may have removed entries meanwhile
+            ahead = t.next(last);
+          }
+          return ahead != 0;
         }
 
         @Override
         public UnsafeRowPair next() {
-          if (i >= entries.length) {
+          if (!hasNext()) {
             throw new java.util.NoSuchElementException();
           }
-          byte[] e = entries[i];
-          i = advance(i + 1);
-          int keySize = Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET);
-          key.pointTo(e, Platform.BYTE_ARRAY_OFFSET + 8, keySize);
-          value.pointTo(e, Platform.BYTE_ARRAY_OFFSET + 8 + keySize, Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET + 4));
+          last = ahead;
+          ahead = -1;
+          t.pointKey(key, last);
+          t.pointValue(value, last);
           return pair.withRows(key, value);
         }
       };
@@ -619,34 +616,140 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
   // -- the table ----------------------------------------------------------------------------------
 
   /**
-   * Open addressing over entries `[key size][value size][key bytes][value bytes]` (ints, then
-   * UnsafeRow bytes at offset 8: aligned as UnsafeRow wants). An entry is never changed once made;
-   * a put replaces it, a removal leaves a tombstone. Not thread-safe: one batch at a time.
+   * Entries appended to a few large byte slabs, found by open addressing over their references
+   * (slab << 32 | offset). An entry is `[key size][value size][key bytes][value bytes]` (two ints,
+   * then UnsafeRow bytes at offset 8: aligned as UnsafeRow wants); its bytes never change once
+   * written, but for a flag in the key size's top bit that marks it dead (replaced or removed), so
+   * rows pointed into it stay valid. A scan walks the slabs in order: memory read straight through,
+   * and no object per entry for the garbage collector to trace or copy. Dead bytes are reclaimed
+   * by `compacted` between batches once they outweigh the live ones. Not thread-safe: one batch
+   * at a time.
    */
   static final class Table {
-    static final byte[] TOMB = new byte[0];
+    private static final long BASE = Platform.BYTE_ARRAY_OFFSET;
+    private static final int DEAD = 0x80000000;
+    private static final long TOMB = -1L;
     private static final int SEED = 42; // UnsafeRow.hashCode's
-    byte[][] entries = new byte[64][];
-    int[] hashes = new int[64];
-    int size;
-    private int used; // live entries and tombstones
-    private long payload; // bytes in live entries
+    private static final int FIRST_SLAB = 1 << 16;
+    private static final int MAX_SLAB = 1 << 22;
 
-    static byte[] entry(Object keyBase, long keyOffset, int keySize, int valueSize) {
-      byte[] e = new byte[8 + keySize + valueSize];
-      Platform.putInt(e, Platform.BYTE_ARRAY_OFFSET, keySize);
-      Platform.putInt(e, Platform.BYTE_ARRAY_OFFSET + 4, valueSize);
-      Platform.copyMemory(keyBase, keyOffset, e, Platform.BYTE_ARRAY_OFFSET + 8, keySize);
-      return e;
+    private byte[][] slabs = new byte[8][];
+    private int[] fill = new int[8]; // bytes used in each slab
+    private int slabCount;
+    private long[] refs = new long[64]; // 0: empty, TOMB: removed
+    private int[] hashes = new int[64];
+    int size;
+    private int used; // live slots and tombstones
+    private long liveBytes;
+    private long deadBytes;
+    private long slabBytes;
+    private final long compactAbove;
+
+    Table(long compactAbove) {
+      this.compactAbove = compactAbove;
     }
 
-    static void writeEntry(DataOutputStream out, byte[] e) throws IOException {
-      int keySize = Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET);
-      int valueSize = Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET + 4);
+    private static int slabOf(long ref) {
+      return (int) (ref >>> 32);
+    }
+
+    private static int offsetOf(long ref) {
+      return (int) ref;
+    }
+
+    private int header(long ref) {
+      return Platform.getInt(slabs[slabOf(ref)], BASE + offsetOf(ref));
+    }
+
+    private int keySize(long ref) {
+      return header(ref) & ~DEAD;
+    }
+
+    private int valueSize(long ref) {
+      return Platform.getInt(slabs[slabOf(ref)], BASE + offsetOf(ref) + 4);
+    }
+
+    private int length(long ref) {
+      return 8 + keySize(ref) + valueSize(ref);
+    }
+
+    private void setDead(long ref, boolean dead) {
+      int h = header(ref);
+      if (((h & DEAD) != 0) == dead) {
+        return;
+      }
+      Platform.putInt(slabs[slabOf(ref)], BASE + offsetOf(ref), dead ? h | DEAD : h & ~DEAD);
+      long n = length(ref);
+      liveBytes += dead ? -n : n;
+      deadBytes += dead ? n : -n;
+    }
+
+    void pointKey(UnsafeRow row, long ref) {
+      row.pointTo(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8, keySize(ref));
+    }
+
+    void pointValue(UnsafeRow row, long ref) {
+      int keySize = keySize(ref);
+      row.pointTo(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8 + keySize, valueSize(ref));
+    }
+
+    /** A new live entry, not yet in the table (`put` places it): its reference. */
+    long append(Object keyBase, long keyOffset, int keySize, Object valueBase, long valueOffset, int valueSize) {
+      int n = 8 + keySize + valueSize;
+      if (slabCount == 0 || fill[slabCount - 1] + n > slabs[slabCount - 1].length) {
+        int capacity = slabCount == 0 ? FIRST_SLAB : Math.min(MAX_SLAB, slabs[slabCount - 1].length * 2);
+        if (slabCount == slabs.length) {
+          slabs = java.util.Arrays.copyOf(slabs, slabCount * 2);
+          fill = java.util.Arrays.copyOf(fill, slabCount * 2);
+        }
+        slabs[slabCount] = new byte[Math.max(capacity, n + 8)];
+        fill[slabCount] = slabCount == 0 ? 8 : 0; // reference 0 means "none"
+        slabBytes += slabs[slabCount].length;
+        slabCount++;
+      }
+      int s = slabCount - 1;
+      byte[] slab = slabs[s];
+      int off = fill[s];
+      Platform.putInt(slab, BASE + off, keySize);
+      Platform.putInt(slab, BASE + off + 4, valueSize);
+      Platform.copyMemory(keyBase, keyOffset, slab, BASE + off + 8, keySize);
+      Platform.copyMemory(valueBase, valueOffset, slab, BASE + off + 8 + keySize, valueSize);
+      fill[s] = off + n;
+      liveBytes += n;
+      return ((long) s << 32) | off;
+    }
+
+    void write(DataOutputStream out, long ref) throws IOException {
+      byte[] slab = slabs[slabOf(ref)];
+      int off = offsetOf(ref);
+      int keySize = keySize(ref);
+      int valueSize = valueSize(ref);
       out.writeInt(keySize);
-      out.write(e, 8, keySize);
+      out.write(slab, off + 8, keySize);
       out.writeInt(valueSize);
-      out.write(e, 8 + keySize, valueSize);
+      out.write(slab, off + 8 + keySize, valueSize);
+    }
+
+    void writeKey(DataOutputStream out, long ref) throws IOException {
+      out.write(slabs[slabOf(ref)], offsetOf(ref) + 8, keySize(ref));
+    }
+
+    /** The live entry after `ref` in slab order (0: from the start), or 0 at the end. */
+    long next(long ref) {
+      int s = slabOf(ref);
+      int off = ref == 0 ? 8 : offsetOf(ref) + length(ref);
+      while (s < slabCount) {
+        byte[] slab = slabs[s];
+        while (off < fill[s]) {
+          if ((Platform.getInt(slab, BASE + off) & DEAD) == 0) {
+            return ((long) s << 32) | off;
+          }
+          off += 8 + (Platform.getInt(slab, BASE + off) & ~DEAD) + Platform.getInt(slab, BASE + off + 4);
+        }
+        s++;
+        off = 0;
+      }
+      return 0;
     }
 
     private static int hash(Object base, long offset, int size) {
@@ -655,97 +758,121 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return h ^ (h >>> 16);
     }
 
-    private static boolean sameKey(byte[] e, Object base, long offset, int size) {
-      return Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET) == size
-          && ByteArrayMethods.arrayEquals(e, Platform.BYTE_ARRAY_OFFSET + 8, base, offset, size);
+    private boolean sameKey(long ref, Object base, long offset, int size) {
+      return keySize(ref) == size
+          && ByteArrayMethods.arrayEquals(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8, base, offset, size);
     }
 
     /** The slot holding the key, or -1. */
     private int find(Object base, long offset, int size, int h) {
-      int mask = entries.length - 1;
+      int mask = refs.length - 1;
       for (int i = h & mask; ; i = (i + 1) & mask) {
-        byte[] e = entries[i];
-        if (e == null) {
+        long r = refs[i];
+        if (r == 0) {
           return -1;
         }
-        if (e != TOMB && hashes[i] == h && sameKey(e, base, offset, size)) {
+        if (r != TOMB && hashes[i] == h && sameKey(r, base, offset, size)) {
           return i;
         }
       }
     }
 
-    byte[] get(Object base, long offset, int size) {
+    /** The key's live entry, or 0. */
+    long get(Object base, long offset, int size) {
       int i = find(base, offset, size, hash(base, offset, size));
-      return i < 0 ? null : entries[i];
+      return i < 0 ? 0 : refs[i];
     }
 
-    /** Insert or replace; the entry it replaced, or null. */
-    byte[] put(byte[] e) {
-      int keySize = Platform.getInt(e, Platform.BYTE_ARRAY_OFFSET);
-      long keyOffset = Platform.BYTE_ARRAY_OFFSET + 8;
-      int h = hash(e, keyOffset, keySize);
-      int i = find(e, keyOffset, keySize, h);
+    /** Make `ref` the key's entry (live again if it was dead); the entry it replaced (now dead), or 0. */
+    long put(long ref) {
+      byte[] slab = slabs[slabOf(ref)];
+      long keyOffset = BASE + offsetOf(ref) + 8;
+      int keySize = keySize(ref);
+      int h = hash(slab, keyOffset, keySize);
+      int i = find(slab, keyOffset, keySize, h);
+      setDead(ref, false);
       if (i >= 0) {
-        byte[] before = entries[i];
-        entries[i] = e;
-        payload += e.length - before.length;
+        long before = refs[i];
+        if (before != ref) {
+          setDead(before, true);
+        }
+        refs[i] = ref;
         return before;
       }
-      if ((used + 1) * 4L > entries.length * 3L) { // 75 % full, counting tombstones
-        resize(size * 2L + 2 > entries.length / 2 ? entries.length * 2 : entries.length);
+      if ((used + 1) * 4L > refs.length * 3L) { // 75 % full, counting tombstones
+        resize(size * 4L >= refs.length ? refs.length * 2 : refs.length);
       }
-      int mask = entries.length - 1;
+      int mask = refs.length - 1;
       i = h & mask;
-      while (entries[i] != null && entries[i] != TOMB) {
+      while (refs[i] != 0 && refs[i] != TOMB) {
         i = (i + 1) & mask;
       }
-      if (entries[i] == null) {
+      if (refs[i] == 0) {
         used++;
       }
-      entries[i] = e;
+      refs[i] = ref;
       hashes[i] = h;
       size++;
-      payload += e.length;
-      return null;
+      return 0;
     }
 
-    /** Remove the key; the entry it held, or null. */
-    byte[] remove(Object base, long offset, int size) {
+    /** Remove the key; the entry it held (now dead), or 0. */
+    long remove(Object base, long offset, int size) {
       int i = find(base, offset, size, hash(base, offset, size));
       if (i < 0) {
-        return null;
+        return 0;
       }
-      byte[] before = entries[i];
-      entries[i] = TOMB;
+      long before = refs[i];
+      refs[i] = TOMB;
       this.size--;
-      payload -= before.length;
+      setDead(before, true);
       return before;
     }
 
-    /** A new array (an iterator over the old one goes on over it); tombstones dropped. */
+    void removeKeyOf(long ref) {
+      remove(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8, keySize(ref));
+    }
+
     private void resize(int capacity) {
-      byte[][] old = entries;
+      long[] old = refs;
       int[] oldHashes = hashes;
-      entries = new byte[capacity][];
+      refs = new long[capacity];
       hashes = new int[capacity];
       int mask = capacity - 1;
       for (int j = 0; j < old.length; j++) {
-        byte[] e = old[j];
-        if (e != null && e != TOMB) {
+        long r = old[j];
+        if (r != 0 && r != TOMB) {
           int i = oldHashes[j] & mask;
-          while (entries[i] != null) {
+          while (refs[i] != 0) {
             i = (i + 1) & mask;
           }
-          entries[i] = e;
+          refs[i] = r;
           hashes[i] = oldHashes[j];
         }
       }
       used = size;
     }
 
-    /** Bytes held: the entries with their array headers, and the table's two arrays. */
+    /** More dead bytes than live ones, and enough to matter. */
+    boolean wasteful() {
+      return deadBytes > compactAbove && deadBytes > liveBytes;
+    }
+
+    /** The live entries in fresh slabs (rows pointed into the old ones stay valid). */
+    Table compacted() {
+      Table out = new Table(compactAbove);
+      for (long ref = next(0); ref != 0; ref = next(ref)) {
+        byte[] slab = slabs[slabOf(ref)];
+        long at = BASE + offsetOf(ref) + 8;
+        int keySize = keySize(ref);
+        out.put(out.append(slab, at, keySize, slab, at + keySize, valueSize(ref)));
+      }
+      return out;
+    }
+
+    /** Bytes held: the slabs and the table's two arrays. */
     long bytes() {
-      return payload + 16L * size + 12L * entries.length;
+      return slabBytes + 12L * refs.length;
     }
   }
 }
