@@ -269,10 +269,11 @@ def spark_conf(s: Settings) -> dict[str, str]:
     """The usage application's own Spark settings (the job's and the benches' sessions alike).
 
     No empty batches just to move a watermark: the sinks need no eviction output. The dedupe's
-    state in USAGE_STATE_STORE, by default Spark's in-memory (HDFS-backed) store: its dedupe
-    keeps one small row per txn_id for DEDUPE_SECONDS, and RocksDB's JNI get and put per row cost
-    more than the job's whole parse and count (bench/RESULTS.md#throughput). The fraud job stays on
-    RocksDB (transformWithState needs it); a checkpoint keeps the store it was created with.
+    state in USAGE_STATE_STORE, by default the in-place store (pipelines/engine/jvm): the dedupe
+    keeps one small row per txn_id for DEDUPE_SECONDS; Spark's in-memory store copies all of them
+    every batch and RocksDB's JNI get and put per row cost more than the job's whole parse and count
+    (bench/RESULTS.md#throughput). The fraud job stays on RocksDB (transformWithState needs it); a
+    checkpoint keeps the store it was created with.
     """
     return {"spark.sql.streaming.noDataMicroBatches.enabled": "false",
             "spark.sql.streaming.stateStore.providerClass": STATE_STORES[s.usage_state_store]}
