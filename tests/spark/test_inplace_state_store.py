@@ -85,6 +85,16 @@ def files(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "0" / "0").iterdir() if not p.name.startswith("."))
 
 
+def filled(stores: Stores, n: int):
+    """A provider whose version 1 holds tx-0 .. tx-(n-1), each expiring at its number."""
+    p = stores.provider()
+    s = open_store(stores, p, 0)
+    for i in range(n):
+        put(stores, s, f"tx-{i}", i)
+    assert s.commit() == 1
+    return p
+
+
 @pytest.fixture
 def stores(spark, tmp_path):
     return Stores(spark, tmp_path / "state")
@@ -98,11 +108,7 @@ def test_it_is_the_usage_job_s_default_store():
 
 
 def test_each_committed_version_is_what_a_fresh_provider_rebuilds_from_the_files(stores):
-    p = stores.provider()
-    s = open_store(stores, p, 0)
-    for i in range(1_200):  # past several resizes of the table
-        put(stores, s, f"tx-{i}", i)
-    assert s.commit() == 1
+    p = filled(stores, 1_200)  # past several resizes of the table
     s = open_store(stores, p, 1)
     put(stores, s, "tx-5", 500)  # replaced
     for i in range(0, 1_200, 3):
@@ -191,11 +197,7 @@ def test_maintenance_snapshots_then_drops_files_no_retained_version_needs(spark,
 
 
 def test_eviction_removes_while_iterating_exactly_the_expired_keys(stores):
-    p = stores.provider()
-    s = open_store(stores, p, 0)
-    for i in range(1_000):
-        put(stores, s, f"tx-{i}", i)
-    s.commit()
+    p = filled(stores, 1_000)
     s = open_store(stores, p, 1)
     it = s.iterator("default")
     while it.hasNext():  # StreamingDeduplicateWithinWatermarkExec.evictDupInfoFromState
@@ -207,11 +209,7 @@ def test_eviction_removes_while_iterating_exactly_the_expired_keys(stores):
 
 
 def test_a_torn_delta_file_is_a_clear_error_not_an_empty_state(stores):
-    p = stores.provider()
-    s = open_store(stores, p, 0)
-    for i in range(100):
-        put(stores, s, f"tx-{i}", i)
-    s.commit()
+    p = filled(stores, 100)
     delta = stores.root / "0" / "0" / "1.delta"
     delta.write_bytes(delta.read_bytes()[: len(delta.read_bytes()) // 2])
     with pytest.raises(Exception, match="cannot load version 1"):
@@ -223,11 +221,7 @@ def test_a_torn_delta_file_is_a_clear_error_not_an_empty_state(stores):
 
 def test_a_table_mostly_dead_is_compacted_between_batches_and_rows_handed_out_stay_valid(spark, tmp_path):
     stores = Stores(spark, tmp_path / "state", compact_above=1)
-    p = stores.provider()
-    s = open_store(stores, p, 0)
-    for i in range(100):
-        put(stores, s, f"tx-{i}", i)
-    s.commit()
+    p = filled(stores, 100)
     s = open_store(stores, p, 1)
     kept = s.get(stores.row(key_bytes("tx-95")), "default")  # a row pointed into the old slab
     for i in range(90):
