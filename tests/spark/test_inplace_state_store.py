@@ -9,6 +9,8 @@ The same rows as the dedupe operator keeps: a txn_id key, an expiresAtMicros val
 from __future__ import annotations
 
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,8 @@ def value_bytes(expires: int) -> bytes:
 class Stores:
     """Providers of one state partition (operator 0, partition 0) under `root`, as Spark makes them."""
 
-    def __init__(self, spark, root: Path, min_deltas: int = 10, retain: int = 100, compact_above: int | None = None):
+    def __init__(self, spark, root: Path, min_deltas: int = 10, retain: int = 100, compact_above: int | None = None,
+                 open_wait_ms: int | None = None):
         self.spark, self.root = spark, root
         jvm = spark._jvm
         self.jvm, self.state = jvm, jvm.org.apache.spark.sql.execution.streaming.state
@@ -46,6 +49,8 @@ class Stores:
         self.hadoop = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
         if compact_above is not None:
             self.hadoop.setLong(jvm.cardstream.state.InPlaceStateStoreProvider.COMPACT_ABOVE, compact_above)
+        if open_wait_ms is not None:
+            self.hadoop.setLong(jvm.cardstream.state.InPlaceStateStoreProvider.OPEN_WAIT_MS, open_wait_ms)
 
     def provider(self):
         p = self.jvm.cardstream.state.InPlaceStateStoreProvider()
@@ -240,3 +245,74 @@ def test_a_table_mostly_dead_is_compacted_between_batches_and_rows_handed_out_st
     s.commit()
     assert contents(open_store(stores, stores.provider(), 3)) == {
         **{f"tx-{i}": i for i in range(91, 99)}, "tx-90": 900, "tx-99": 990}
+
+
+class Task:
+    """A Spark task's context on a thread of its own (PySpark pins a JVM thread to each Python
+    thread): `run(f)` calls f there, as code inside that task."""
+
+    def __init__(self, stores: Stores):
+        self.tasks = getattr(stores.jvm.org.apache.spark, "TaskContext$").__getattr__("MODULE$")
+        self.context = self.tasks.empty()
+
+    def run(self, f):
+        out = {}
+
+        def body():
+            self.tasks.setTaskContext(self.context)
+            try:
+                out["value"] = f()
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                out["error"] = exc
+            finally:
+                self.tasks.unset()
+
+        thread = threading.Thread(target=body)
+        thread.start()
+        thread.join(60)
+        if "error" in out:
+            raise out["error"]
+        return out.get("value")
+
+
+def opened_by_a_task(stores, p, version: int):
+    """A store of `version` opened and updated ("task-put") by a task that is still running."""
+    task = Task(stores)
+
+    def work():
+        s = open_store(stores, p, version)
+        put(stores, s, "task-put", 1)
+        return s
+
+    return task, task.run(work)
+
+
+def test_a_second_batch_waits_for_a_running_task_s_store_then_sees_its_commit(spark, tmp_path):
+    stores = Stores(spark, tmp_path / "state")
+    p = filled(stores, 3)
+    _, running = opened_by_a_task(stores, p, 1)
+    threading.Timer(1.0, running.commit).start()  # the task commits a second later
+    t0 = time.monotonic()
+    s = open_store(stores, p, 2)  # no task here: waits for the running one
+    assert time.monotonic() - t0 >= 0.8
+    assert contents(s) == {"tx-0": 0, "tx-1": 1, "tx-2": 2, "task-put": 1}
+
+
+def test_a_task_that_ends_without_committing_leaves_nothing_and_frees_the_store(spark, tmp_path):
+    stores = Stores(spark, tmp_path / "state")
+    p = filled(stores, 3)
+    task, running = opened_by_a_task(stores, p, 1)
+    threading.Timer(1.0, lambda: task.context.markTaskCompleted(stores.jvm.scala.Option.empty())).start()
+    s = open_store(stores, p, 1)  # waits for the task to end; its completion listener aborts its store
+    assert contents(s) == {"tx-0": 0, "tx-1": 1, "tx-2": 2}
+    assert not running.hasCommitted()
+
+
+def test_a_store_a_task_keeps_open_too_long_is_a_clear_error(spark, tmp_path):
+    stores = Stores(spark, tmp_path / "state", open_wait_ms=300)
+    p = filled(stores, 3)
+    task, running = opened_by_a_task(stores, p, 1)
+    with pytest.raises(Exception, match="version 1 is still being updated by task"):
+        open_store(stores, p, 1)
+    running.commit()  # the running task was never disturbed
+    assert contents(open_store(stores, stores.provider(), 2))["task-put"] == 1

@@ -12,6 +12,7 @@ import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkEnv;
+import org.apache.spark.TaskContext;
 import org.apache.spark.io.CompressionCodec;
 import org.apache.spark.io.CompressionCodec$;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
@@ -34,6 +35,7 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.hash.Murmur3_x86_32;
+import org.apache.spark.util.TaskCompletionListener;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import scala.Option;
@@ -59,13 +61,17 @@ import scala.runtime.BoxedUnit;
  * point into immutable entry arrays, so they stay valid; an iterator hands out one key row and
  * one value row pointed at each entry in turn (as RocksDB's store does). Iteration is weakly
  * consistent, as a ConcurrentHashMap's: removing entries while iterating (a watermark's
- * eviction) is allowed.
+ * eviction) is allowed. One task updates a partition's table at a time: another waits for it to
+ * commit or end (its completion listener aborts it), for up to `cardstream.state.openWaitMs`, as
+ * RocksDB's store waits for its lock.
  */
 public final class InPlaceStateStoreProvider implements StateStoreProvider {
   private static final Logger LOG = LoggerFactory.getLogger(InPlaceStateStoreProvider.class);
   private static final String DEFAULT = "default";
   /** Hadoop configuration key: dead bytes a table may hold before it is compacted (32 MB). */
   public static final String COMPACT_ABOVE = "cardstream.state.compactAboveBytes";
+  /** Hadoop configuration key: how long a new batch waits for a running task's store (60 s). */
+  public static final String OPEN_WAIT_MS = "cardstream.state.openWaitMs";
 
   private StateStoreProvider delegate;
   private StateStoreId id;
@@ -78,6 +84,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
   private CompressionCodec codec;
 
   private long compactAbove = 32L << 20;
+  private long openWaitMs = 60_000;
   private Table table = new Table(compactAbove);
   private long loadedVersion = -1; // the version `table` holds; -1: none
   private long lastSnapshot = 0;   // the newest snapshot written or read (0: none)
@@ -99,6 +106,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     this.conf = storeConf;
     this.hadoopConf = hadoopConf;
     this.compactAbove = hadoopConf.getLong(COMPACT_ABOVE, compactAbove);
+    this.openWaitMs = hadoopConf.getLong(OPEN_WAIT_MS, openWaitMs);
     this.table = new Table(compactAbove);
     this.keyFields = keySchema.length();
     this.valueFields = valueSchema.length();
@@ -125,8 +133,28 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
           "InPlaceStateStoreProvider: state store checkpoint ids and loadEmpty are not supported");
     }
     synchronized (this) {
-      if (open != null) {  // a store left neither committed nor aborted: its changes go
+      // another task's store still open (a zombie or speculative attempt): the table is one, so
+      // wait for that task to commit or end (its completion listener aborts it), as RocksDB's
+      // store waits for its lock; a store whose task is over, this task's own, or one no task
+      // opened is undone
+      long deadline = System.nanoTime() + openWaitMs * 1_000_000;
+      TaskContext task = TaskContext.get();
+      while (open != null && open.owner != null && open.owner != task && !open.owner.isCompleted()) {
+        long left = (deadline - System.nanoTime()) / 1_000_000;
+        if (left <= 0) {
+          throw new IllegalStateException(this + ": version " + open.version + " is still being updated by task "
+              + open.owner.taskAttemptId() + " after " + openWaitMs + " ms");
+        }
+        try {
+          wait(left);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          throw new IllegalStateException(this + ": interrupted waiting for task " + open.owner.taskAttemptId(), e);
+        }
+      }
+      if (open != null) {  // left neither committed nor aborted: its changes go
         open.rollBack();
+        open = null;
       }
       if (loadedVersion != version) {
         table = load(version);
@@ -134,8 +162,12 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       } else if (table.wasteful()) {
         table = table.compacted();
       }
-      open = new Store(version, table, forceSnapshotOnCommit, true);
-      return open;
+      Store store = new Store(version, table, forceSnapshotOnCommit, true, task);
+      open = store;
+      if (store.owner != null) {  // a failed or killed task's changes go when it ends
+        store.owner.addTaskCompletionListener((TaskCompletionListener) ctx -> store.release());
+      }
+      return store;
     }
   }
 
@@ -147,7 +179,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     synchronized (this) {
       // the live table when it holds that version; Spark's operators read before they write
       Table t = (loadedVersion == version && open == null) ? table : load(version);
-      return new Store(version, t, false, false);
+      return new Store(version, t, false, false, null);
     }
   }
 
@@ -339,6 +371,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     private final boolean forceSnapshot;
     private final boolean writable;
     private final UnsafeRowPair pair = new UnsafeRowPair(null, null);
+    final TaskContext owner; // the task that opened it for updates; null outside a Spark task
     // undo: pairs of (an entry naming the key, the entry before or 0), in the order applied
     private long[] undo = new long[64];
     private int undone; // longs used in `undo`
@@ -346,7 +379,8 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     private DataOutputStream delta;
     private int state = 0; // 0 updating, 1 committed, 2 aborted
 
-    Store(long version, Table t, boolean forceSnapshot, boolean writable) {
+    Store(long version, Table t, boolean forceSnapshot, boolean writable, TaskContext owner) {
+      this.owner = owner;
       this.version = version;
       this.t = t;
       this.forceSnapshot = forceSnapshot;
@@ -444,6 +478,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
         loadedVersion = version + 1;
         if (open == this) {
           open = null;
+          InPlaceStateStoreProvider.this.notifyAll();
         }
         if (forceSnapshot) {
           try {
@@ -489,6 +524,7 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
         rollBack();
         if (open == this) {
           open = null;
+          InPlaceStateStoreProvider.this.notifyAll();
         }
       }
     }
