@@ -55,6 +55,6 @@ def test_limit_and_throughput_run_on_the_shared_spark_session(kafka, spark):
     # busy time leaves out the time between batches: never a lower rate than the wall clock's
     assert out["busy"]["exactly-once"] >= out["exactly-once"] * 0.999
     # the benches leave a session they did not start running, with its own state store (the usage
-    # job's in-memory one would break the fraud job's transformWithState in the next test)
+    # job's would break the fraud job's transformWithState in the next test)
     assert spark.range(3).count() == 3
     assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == STATE_STORES["rocksdb"]

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import STATE_STORES
 
 KEY = '{"type":"struct","fields":[{"name":"txn_id","type":"string","nullable":true,"metadata":{}}]}'
 VALUE = '{"type":"struct","fields":[{"name":"expiresAtMicros","type":"long","nullable":false,"metadata":{}}]}'
@@ -103,13 +102,6 @@ def filled(stores: Stores, n: int):
 @pytest.fixture
 def stores(spark, tmp_path):
     return Stores(spark, tmp_path / "state")
-
-
-def test_it_is_the_usage_job_s_default_store():
-    from infra.config import load
-    from pipelines.usage.job import spark_conf
-
-    assert spark_conf(load({}))["spark.sql.streaming.stateStore.providerClass"] == STATE_STORES["inplace"]
 
 
 def test_each_committed_version_is_what_a_fresh_provider_rebuilds_from_the_files(stores):

@@ -4,7 +4,6 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
-import java.util.List;
 import java.util.TreeMap;
 
 import org.apache.hadoop.conf.Configuration;
@@ -48,17 +47,18 @@ import scala.runtime.BoxedUnit;
  *
  * <p>Why: Spark's HDFS-backed store copies its whole map at every batch, so that the version
  * before survives an aborted batch: O(state) per batch, whatever the batch holds (a usage
- * query's dedupe keeps ten minutes of txn ids). This one keeps one open-addressing table of
- * byte entries, and for the batch in progress an undo list that an abort replays backwards.
+ * query's dedupe keeps ten minutes of txn ids). This one keeps one table (entries in byte
+ * slabs, found by open addressing), and for the batch in progress an undo list that an abort
+ * replays backwards.
  * Durability is Spark's: each version's changes go to `version.delta` as the batch runs and are
  * published by an atomic rename at commit; the maintenance thread writes `version.snapshot`
  * between batches; a version not in memory (a restart, a retried batch) is rebuilt from the
- * latest snapshot and the deltas after it. The files have the HDFS-backed store's layout (sizes,
+ * latest snapshot and the deltas after it. The files follow the HDFS-backed store's layout (sizes,
  * row bytes, -1 for a removal and at the end, compressed with the store's codec).
  *
  * <p>Keys without a prefix, one column family, one value per key (Spark's dedupe, aggregation
  * and join state); anything else is handed to Spark's HDFS-backed store. Rows `get` returns
- * point into immutable entry arrays, so they stay valid; an iterator hands out one key row and
+ * point into entry bytes that never change, so they stay valid; an iterator hands out one key row and
  * one value row pointed at each entry in turn (as RocksDB's store does). Iteration is weakly
  * consistent, as a ConcurrentHashMap's: removing entries while iterating (a watermark's
  * eviction) is allowed. One task updates a partition's table at a time: another waits for it to
