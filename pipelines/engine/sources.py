@@ -22,6 +22,8 @@ headers) has its own event-time rule and may have a zero amount; a transaction w
 """
 from __future__ import annotations
 
+import hashlib
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -34,7 +36,8 @@ from infra.contracts import (CURRENCY_FORM, DEAD_LETTER_HEAD_BYTES, DECISION_FIE
 from infra.histories import HISTORY_MIN_EVENT_TIME_MS, REPLAY_HEADER
 
 _SPARK_TYPES = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
-_TYPE_NAMES = {str: "string", int: "bigint", float: "double", bool: "boolean"}
+_KINDS = {str: "str", int: "int", float: "float", bool: "bool"}
+_VALUE_PREFIX = {str: "s", bool: "b"}
 DECISIONS_REJECTED = "rejected_decisions"  # the observed metric of parse_decisions
 
 
@@ -70,6 +73,42 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def variant_fields_type(fields: dict[str, type]) -> T.StructType:
+    """What `variant_fields` returns for `fields`: each one's JSON type `t_<name>`, then its value
+    as a string (`s_`), a boolean (`b_`), or a double (`d_`) and, for integers, a long (`l_`)."""
+    out = []
+    for n, kind in fields.items():
+        out.append(T.StructField(f"t_{n}", T.StringType()))
+        if kind in _VALUE_PREFIX:
+            out.append(T.StructField(f"{_VALUE_PREFIX[kind]}_{n}", _SPARK_TYPES[kind]))
+        else:
+            out.append(T.StructField(f"d_{n}", T.DoubleType()))
+            if kind is int:
+                out.append(T.StructField(f"l_{n}", T.LongType()))
+    return T.StructType(out)
+
+
+def variant_fields(spark: SparkSession, fields: dict[str, type]):
+    """A function of a VARIANT column -> the struct `variant_fields_type(fields)`: the JVM function
+    cardstream.parse.VariantFields (pipelines/engine/jvm), registered on `spark` under a name of
+    its fields. The same answers as schema_of_variant and try_variant_get per field, without the
+    Literal and Cast objects Spark's variant cast makes for every value it converts."""
+    spec = ",".join(f"{n}:{_KINDS[k]}" for n, k in fields.items())
+    name = "cardstream_fields_" + hashlib.sha1(spec.encode()).hexdigest()[:12]
+    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+
+    def strings(values: list[str]):
+        array = gateway.new_array(jvm.java.lang.String, len(values))
+        for i, v in enumerate(values):
+            array[i] = v
+        return array
+
+    function = jvm.cardstream.parse.VariantFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]))
+    spark._jsparkSession.udf().register(name, function,
+                                        spark._jsparkSession.parseDataType(variant_fields_type(fields).json()))
+    return lambda column: F.call_function(name, column)
 
 
 # ------------------------------------------------------------------ the contract as expressions
@@ -134,14 +173,15 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     each expression is computed once per row and the generated code stays small.
     """
     c = F.col
-    df = df.select("*", *[F.variant_get(c("v"), f"$.{n}", "variant").alias(f"_v_{n}") for n in fields])
-    df = df.select("*", *[F.schema_of_variant(c(f"_v_{n}")).alias(f"_t_{n}") for n in fields])
-    flags, numbers = [], [n for n, k in fields.items() if k in (int, float)]
+    numbers = [n for n, k in fields.items() if k in (int, float)]
+    df = df.select("*", variant_fields(df.sparkSession, fields)(c("v")).alias("_f"))
+    df = df.select("*", *[c(f"_f.t_{n}").alias(f"_t_{n}") for n in fields])
+    flags = []
     for n, kind in fields.items():
         t = c(f"_t_{n}")
         ok = {str: t == "STRING", bool: t == "BOOLEAN"}.get(kind, _is_number(t))
-        flags += [(c(f"_v_{n}").isNull() | (t == "VOID")).alias(f"_m_{n}"), ok.alias(f"_ok_{n}")]
-    df = df.select("*", *flags, *[F.try_variant_get(c(f"_v_{n}"), "$", "double").alias(f"_d_{n}") for n in numbers],
+        flags += [(t.isNull() | (t == "VOID")).alias(f"_m_{n}"), ok.alias(f"_ok_{n}")]
+    df = df.select("*", *flags, *[c(f"_f.d_{n}").alias(f"_d_{n}") for n in numbers],
                    low.alias("_low"), high.alias("_high"),
                    # a replayed history's times: plausible, however old (infra/contracts.py)
                    *[F.when(c("_replay"), F.lit(HISTORY_MIN_EVENT_TIME_MS).cast("bigint")).otherwise(low)
@@ -151,12 +191,11 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
         ok, d = c(f"_ok_{n}"), c(f"_d_{n}")
         if kind is int:  # a JSON number with no fraction: 12, 12.0 and 1.2e3 are; 12.5 and 1e400 are not
             integral = ok & _is_finite(d) & ((d % F.lit(1.0)) == 0)
-            values += [integral.alias(f"_i_{n}"),
-                       F.when(integral, F.try_variant_get(c(f"_v_{n}"), "$", "bigint")).alias(n)]
+            values += [integral.alias(f"_i_{n}"), F.when(integral, c(f"_f.l_{n}")).alias(n)]
         elif kind is float:
             values.append(F.when(ok, d).alias(n))
         else:
-            values.append(F.when(ok, F.try_variant_get(c(f"_v_{n}"), "$", _TYPE_NAMES[kind])).alias(n))
+            values.append(F.when(ok, c(f"_f.{_VALUE_PREFIX[kind]}_{n}")).alias(n))
     df = df.select("*", *values)
 
     keys = F.json_object_keys(c("_text"))  # only evaluated for what try_parse_json refused

@@ -1,0 +1,98 @@
+"""cardstream.parse.VariantFields (pipelines/engine/jvm) against the Spark expressions it replaces:
+for every JSON value a field can hold, its type is schema_of_variant's and its values are
+try_variant_get's, on the session's JVM."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql import functions as F
+
+from pipelines.engine.sources import variant_fields, variant_fields_type
+
+FIELDS = {"s": str, "b": bool, "i": int, "f": float}
+# what a field can hold: every JSON scalar (numbers at the edges of long, double and decimal), a
+# null, an object, an array
+VALUES = ['"t-000123"', '""', '"  "', '"é€😀\\u00e9\\n\\"q\\""', '"12"', "true", "false", "null", "0", "-0",
+          "12", "-12", "9223372036854775807", "-9223372036854775808", "9223372036854775808", "12.0", "12.5",
+          "-12.5", "1.2e3", "1.5e-3", "1e308", "1e400", "-1e400", "9.223372036854775807e18", "9.3e18",
+          "12.50", "0.0000000000000000001", "1.00000000000000000001", "99999999999999999999.0",
+          "123456789012345678901234567890", "1234567890123456789012345678901234567890", '{"a": 1}', "[1, 2]", "[]",
+          "{}"]
+
+
+def expected(spark, docs: list[str]):
+    """The expressions sources.py used before VariantFields, per field."""
+    df = spark.createDataFrame([(d,) for d in docs], "text string").select(F.try_parse_json("text").alias("v"))
+    cols = []
+    for n, kind in FIELDS.items():
+        v = F.variant_get("v", f"$.{n}", "variant")
+        cols.append(F.schema_of_variant(v).alias(f"t_{n}"))
+        if kind is str:
+            cols.append(F.try_variant_get(v, "$", "string").alias(f"s_{n}"))
+        elif kind is bool:
+            cols.append(F.try_variant_get(v, "$", "boolean").alias(f"b_{n}"))
+        else:
+            cols.append(F.try_variant_get(v, "$", "double").alias(f"d_{n}"))
+            if kind is int:
+                cols.append(F.try_variant_get(v, "$", "bigint").alias(f"l_{n}"))
+    return [r.asDict() for r in df.select(*cols).collect()]
+
+
+def actual(spark, docs: list[str]):
+    df = spark.createDataFrame([(d,) for d in docs], "text string").select(F.try_parse_json("text").alias("v"))
+    return [r["f"].asDict() if r["f"] is not None else None
+            for r in df.select(variant_fields(spark, FIELDS)(F.col("v")).alias("f")).collect()]
+
+
+def comparable(row: dict, kind_of: dict) -> dict:
+    """Values only where the SQL uses them: a string or boolean of that JSON type, the numbers of
+    a number (sources.py reads nothing else from a field)."""
+    out = {}
+    for n, kind in FIELDS.items():
+        t = row[f"t_{n}"]
+        out[f"t_{n}"] = t
+        number = t is not None and (t in ("BIGINT", "DOUBLE", "FLOAT") or t.startswith("DECIMAL("))
+        if kind is str:
+            out[f"s_{n}"] = row[f"s_{n}"] if t == "STRING" else None
+        elif kind is bool:
+            out[f"b_{n}"] = row[f"b_{n}"] if t == "BOOLEAN" else None
+        else:
+            out[f"d_{n}"] = row[f"d_{n}"] if number else None
+            if kind is int:
+                out[f"l_{n}"] = row[f"l_{n}"] if number else None
+    return out
+
+
+def test_every_json_value_gets_the_type_and_values_of_sparks_expressions(spark):
+    docs = [json.dumps({n: "@"}).replace('"@"', value) for value in VALUES for n in FIELDS]
+    docs += ["{}", '{"other": 1}', "[1]", '"s"', "12", "null"]  # absent fields; roots that are not objects
+    want, got = expected(spark, docs), actual(spark, docs)
+    assert len(got) == len(docs)
+    for doc, w, g in zip(docs, want, got):
+        assert g is not None, doc
+        assert comparable(g, FIELDS) == comparable(w, FIELDS), doc
+    # the comparison is not vacuous: each kind met a value of its own type and one of another
+    types = {n: {comparable(w, FIELDS)[f"t_{n}"] for w in want} for n in FIELDS}
+    assert {"STRING", "BOOLEAN", "BIGINT", "DOUBLE", "VOID", None} <= types["s"]
+    assert any(t and t.startswith("DECIMAL(") for t in types["i"])
+
+
+def test_a_null_variant_gives_a_null_struct(spark):
+    assert actual(spark, ["{", "not json"]) == [None, None]
+
+
+def test_the_struct_type_follows_the_fields():
+    names = [f.name for f in variant_fields_type(FIELDS).fields]
+    assert names == ["t_s", "s_s", "t_b", "b_b", "t_i", "d_i", "l_i", "t_f", "d_f"]
+
+
+@pytest.mark.parametrize("kinds", [["str", "nope"], ["str"]])
+def test_a_bad_field_spec_is_refused(spark, kinds):
+    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+    names = gateway.new_array(jvm.java.lang.String, 2)
+    array = gateway.new_array(jvm.java.lang.String, len(kinds))
+    for i, k in enumerate(kinds):
+        array[i] = k
+    with pytest.raises(Exception, match="unknown kind|one kind per field"):
+        jvm.cardstream.parse.VariantFields(names, array)
