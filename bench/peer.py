@@ -34,7 +34,7 @@ Figures, measured the same way for both:
   end offsets from Spark's offset log, and the time of its write); Quix: both from its sink's
   commit row. Broker and engines run
   on this machine's clock. p50 and p99 are nearest-rank over those records.
-- ratio = ours_eps / quix_eps (goal: >= 2).
+- ratio = ours_eps / quix_eps (goal: >= 3, issue 38).
 """
 from __future__ import annotations
 

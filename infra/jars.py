@@ -2,8 +2,9 @@
 
 Four small jars are compiled here too, against PySpark's own jars: the Kafka token shim
 (infra/shim), the local file system without a process per file (infra/localfs), the fraud
-job's JVM scoring and live profiles (pipelines/fraud/jvm) and the usage job's in-place state
-store (pipelines/engine/jvm).
+job's JVM scoring and live profiles (pipelines/fraud/jvm) and the engine's (pipelines/engine/jvm:
+the usage job's in-place state store and the contract's field reader, in the jar still named for
+the store).
 
 `python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
 there. Each folder is filled under a temporary name and renamed only when complete, with a

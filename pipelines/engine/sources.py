@@ -1,14 +1,19 @@
 """Kafka sources for the Spark jobs, and the JVM-side parsing and validation of their records.
 
-Parsing and validation stay in Spark SQL expressions (no Python UDF on the hot path). Every
+Parsing and validation stay in the JVM: Spark SQL expressions and one Java function (no Python
+UDF on the hot path). Every
 transaction comes out either valid (`dlq_reason` null) or with the reason it breaks the contract
 (infra/contracts.py states it), so the job routes it to the dead-letter topic instead of dropping
 it; nothing invalid reaches `timestamp_millis`, state, windows or watermarks.
 
 How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes;
 `try_parse_json` reads the JSON into a VARIANT (never raises: null for anything that is not
-JSON, nested too deep, or has a duplicate name), and `schema_of_variant` tells each field's JSON
-type, so a number where a string id belongs, or a string where a number belongs, is told apart.
+JSON, nested too deep, or has a duplicate name), and `variant_fields` (the Java function
+cardstream.parse.VariantFields) gives each field's JSON type, as `schema_of_variant` names it, and
+its value, as `try_variant_get` reads it, so a number where a string id belongs, or a string where a
+number belongs, is told apart. (Those expressions per field gave the same answers for about 2 µs
+more CPU a decision, bench/RESULTS.md#throughput: Spark's variant cast builds a Literal and a Cast
+for every value it converts.)
 Times are compared with bounds scaled per clock unit; no arithmetic touches the value itself, so
 no input can overflow. `now` is the record's own Kafka timestamp: the time the broker appended
 it (every topic is created with LogAppendTime), the same clock the auditor checks records with,
@@ -169,8 +174,8 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
                times=TIME_FIELDS, replay_times=()) -> DataFrame:
     """An `_envelope` frame -> `fields` typed (by their JSON type, never coerced) + `_reason`.
 
-    Built in small steps (each field's variant, then its JSON type, then its flags and value), so
-    each expression is computed once per row and the generated code stays small.
+    Built in small steps (the fields' types and values in one call, then the flags, then the
+    values), so each expression is computed once per row and the generated code stays small.
     """
     c = F.col
     numbers = [n for n, k in fields.items() if k in (int, float)]
