@@ -7,13 +7,13 @@ transaction comes out either valid (`dlq_reason` null) or with the reason it bre
 it; nothing invalid reaches `timestamp_millis`, state, windows or watermarks.
 
 How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes;
-`try_parse_json` reads the JSON into a VARIANT (never raises: null for anything that is not
-JSON, nested too deep, or has a duplicate name), and `variant_fields` (the Java function
-cardstream.parse.VariantFields) gives each field's JSON type, as `schema_of_variant` names it, and
-its value, as `try_variant_get` reads it, so a number where a string id belongs, or a string where a
-number belongs, is told apart. (Those expressions per field gave the same answers for about 2 µs
-more CPU a decision, bench/RESULTS.md#throughput: Spark's variant cast builds a Literal and a Cast
-for every value it converts.)
+`json_fields` (the Java function cardstream.parse.JsonFields) parses the text as `try_parse_json`
+does, with Spark's own VariantBuilder (never raises: null for anything that is not JSON, nested
+too deep, or has a duplicate name), and gives each field's JSON type, as `schema_of_variant`
+names it, and its value, as `try_variant_get` reads it, so a number where a string id belongs, or a
+string where a number belongs, is told apart. (Those expressions gave the same answers for
+several µs more CPU a record, bench/RESULTS.md#throughput: `try_parse_json` makes a JsonFactory per
+record, and Spark's variant cast builds a Literal and a Cast for every value it converts.)
 Times are compared with bounds scaled per clock unit; no arithmetic touches the value itself, so
 no input can overflow. `now` is the record's own Kafka timestamp: the time the broker appended
 it (every topic is created with LogAppendTime), the same clock the auditor checks records with,
@@ -80,8 +80,8 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
     return reader.load()
 
 
-def variant_fields_type(fields: dict[str, type]) -> T.StructType:
-    """What `variant_fields` returns for `fields`: each one's JSON type `t_<name>`, then its value
+def json_fields_type(fields: dict[str, type]) -> T.StructType:
+    """What `json_fields` returns for `fields`: each one's JSON type `t_<name>`, then its value
     as a string (`s_`), a boolean (`b_`), or a double (`d_`) and, for integers, a long (`l_`)."""
     out = []
     for n, kind in fields.items():
@@ -95,12 +95,16 @@ def variant_fields_type(fields: dict[str, type]) -> T.StructType:
     return T.StructType(out)
 
 
-def variant_fields(spark: SparkSession, fields: dict[str, type]):
-    """A function of a VARIANT column -> the struct `variant_fields_type(fields)`: the JVM function
-    cardstream.parse.VariantFields (pipelines/engine/jvm), registered on `spark` under a name of
-    its fields. The same answers as schema_of_variant and try_variant_get per field, without the
-    Literal and Cast objects Spark's variant cast makes for every value it converts."""
-    spec = ",".join(f"{n}:{_KINDS[k]}" for n, k in fields.items())
+def json_fields(spark: SparkSession, fields: dict[str, type]):
+    """A function of a JSON text column -> the struct `json_fields_type(fields)`, null when the text
+    is not JSON: the JVM function cardstream.parse.JsonFields (pipelines/engine/jvm), registered on
+    `spark` under a name of its fields and settings. The same answers as try_parse_json, then
+    schema_of_variant and try_variant_get per field (parsed by Spark's own VariantBuilder with the
+    session's variant settings), without a JsonFactory per record and the Literal and Cast objects
+    Spark's variant cast makes for every value it converts."""
+    duplicates, unicode = (spark.conf.get(f"spark.sql.variant.{k}").lower() == "true"
+                           for k in ("allowDuplicateKeys", "validateUnicodeInJsonParsing"))
+    spec = ",".join(f"{n}:{_KINDS[k]}" for n, k in fields.items()) + f";{duplicates};{unicode}"
     name = "cardstream_fields_" + hashlib.sha1(spec.encode()).hexdigest()[:12]
     gateway, jvm = spark.sparkContext._gateway, spark._jvm
 
@@ -110,9 +114,10 @@ def variant_fields(spark: SparkSession, fields: dict[str, type]):
             array[i] = v
         return array
 
-    function = jvm.cardstream.parse.VariantFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]))
+    function = jvm.cardstream.parse.JsonFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]),
+                                               duplicates, unicode)
     spark._jsparkSession.udf().register(name, function,
-                                        spark._jsparkSession.parseDataType(variant_fields_type(fields).json()))
+                                        spark._jsparkSession.parseDataType(json_fields_type(fields).json()))
     return lambda column: F.call_function(name, column)
 
 
@@ -150,7 +155,8 @@ def time_reason(name: str, value: Column, d: Column, low: Column, high: Column) 
 
 
 def _envelope(kafka_df: DataFrame) -> DataFrame:
-    """Kafka rows -> size, UTF-8 validity, the bounded head of the payload and its VARIANT `v`.
+    """Kafka rows -> size, UTF-8 validity, the bounded head of the payload and its text `_text`
+    (null unless its size and UTF-8 allow parsing it).
 
     `raw` is what a dead letter needs and no more: the first DEAD_LETTER_HEAD_BYTES bytes of the
     value (bytes, so invalid UTF-8 is never expanded) and the value's size in bytes.
@@ -166,8 +172,7 @@ def _envelope(kafka_df: DataFrame) -> DataFrame:
         F.struct(F.substring("value", 1, DEAD_LETTER_HEAD_BYTES).alias("head"), size.alias("size")).alias("raw"),
         F.col("timestamp").alias("kafka_ts"), "partition", "offset",
         size.alias("_size"), utf8.alias("_utf8"), replay.alias("_replay"),
-        F.when(parse, text).alias("_text"),
-        F.when(parse, F.try_parse_json(text)).alias("v"))
+        F.when(parse, text).alias("_text"))
 
 
 def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, high: Column,
@@ -179,7 +184,7 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     """
     c = F.col
     numbers = [n for n, k in fields.items() if k in (int, float)]
-    df = df.select("*", variant_fields(df.sparkSession, fields)(c("v")).alias("_f"))
+    df = df.select("*", json_fields(df.sparkSession, fields)(c("_text")).alias("_f"))
     df = df.select("*", *[c(f"_f.t_{n}").alias(f"_t_{n}") for n in fields])
     flags = []
     for n, kind in fields.items():
@@ -207,9 +212,9 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     rule = (F.when(c("_size").isNull() | (c("_size") == 0), F.lit("empty payload"))
             .when(c("_size") > MAX_PAYLOAD_BYTES, F.lit("oversized payload"))
             .when(~c("_utf8"), F.lit("invalid UTF-8"))
-            .when(c("v").isNull() & keys.isNotNull() & (F.size(keys) != F.size(F.array_distinct(keys))),
+            .when(c("_f").isNull() & keys.isNotNull() & (F.size(keys) != F.size(F.array_distinct(keys))),
                   F.lit("duplicate field"))
-            .when(c("v").isNull(), F.lit("malformed JSON"))
+            .when(c("_f").isNull(), F.lit("malformed JSON"))
             .when(~F.regexp_like(c("_text"), F.lit(r"^[ \t\r\n]*\{")), F.lit("not a JSON object")))
     for n in required:
         missing = c(f"_m_{n}")

@@ -1,6 +1,6 @@
-"""cardstream.parse.VariantFields (pipelines/engine/jvm) against the Spark expressions it replaces:
-for every JSON value a field can hold, its type is schema_of_variant's and its values are
-try_variant_get's, on the session's JVM."""
+"""cardstream.parse.JsonFields (pipelines/engine/jvm) against the Spark expressions it replaces:
+a text is JSON exactly when try_parse_json says so, and for every JSON value a field can hold its
+type is schema_of_variant's and its values are try_variant_get's, on the session's JVM."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines.engine.sources import variant_fields, variant_fields_type
+from pipelines.engine.sources import json_fields, json_fields_type
 
 FIELDS = {"s": str, "b": bool, "i": int, "f": float}
 # what a field can hold: every JSON scalar (numbers at the edges of long, double and decimal), a
@@ -22,7 +22,7 @@ VALUES = ['"t-000123"', '""', '"  "', '"é€😀\\u00e9\\n\\"q\\""', '"12"', "t
 
 
 def expected(spark, docs: list[str]):
-    """The expressions sources.py used before VariantFields, per field."""
+    """try_parse_json, then the expressions sources.py used per field before JsonFields (None: not JSON)."""
     df = spark.createDataFrame([(d,) for d in docs], "text string").select(F.try_parse_json("text").alias("v"))
     cols = []
     for n, kind in FIELDS.items():
@@ -36,13 +36,13 @@ def expected(spark, docs: list[str]):
             cols.append(F.try_variant_get(v, "$", "double").alias(f"d_{n}"))
             if kind is int:
                 cols.append(F.try_variant_get(v, "$", "bigint").alias(f"l_{n}"))
-    return [r.asDict() for r in df.select(*cols).collect()]
+    return [r.asDict() if r["json"] else None for r in df.select(F.col("v").isNotNull().alias("json"), *cols).collect()]
 
 
 def actual(spark, docs: list[str]):
-    df = spark.createDataFrame([(d,) for d in docs], "text string").select(F.try_parse_json("text").alias("v"))
+    df = spark.createDataFrame([(d,) for d in docs], "text string")
     return [r["f"].asDict() if r["f"] is not None else None
-            for r in df.select(variant_fields(spark, FIELDS)(F.col("v")).alias("f")).collect()]
+            for r in df.select(json_fields(spark, FIELDS)(F.col("text")).alias("f")).collect()]
 
 
 def comparable(row: dict, kind_of: dict) -> dict:
@@ -67,6 +67,9 @@ def comparable(row: dict, kind_of: dict) -> dict:
 def test_every_json_value_gets_the_type_and_values_of_sparks_expressions(spark):
     docs = [json.dumps({n: "@"}).replace('"@"', value) for value in VALUES for n in FIELDS]
     docs += ["{}", '{"other": 1}', "[1]", '"s"', "12", "null"]  # absent fields; roots that are not objects
+    # all four among other keys (a prefix of one, non-ASCII, empty, nested, 40 more), in any order
+    docs += ['{"zz": 1, "f": 1.5, "é": 2, "s": "x", "ss": "no", "": 0, "i": 7, "o": {"s": "in"}, "b": true}',
+             json.dumps({**{f"k{j}": j for j in range(40)}, "b": False, "i": -3, "s": "y", "f": 2})]
     want, got = expected(spark, docs), actual(spark, docs)
     assert len(got) == len(docs)
     for doc, w, g in zip(docs, want, got):
@@ -78,12 +81,21 @@ def test_every_json_value_gets_the_type_and_values_of_sparks_expressions(spark):
     assert any(t and t.startswith("DECIMAL(") for t in types["i"])
 
 
-def test_a_null_variant_gives_a_null_struct(spark):
-    assert actual(spark, ["{", "not json"]) == [None, None]
+# what try_parse_json refuses (and two it takes): each is null there and here
+NOT_JSON = ["{", "not json", "", " ", '{"a": 1, "a": 2}', '{"o": {"a": 1, "a": 2}}', '{"s": "\\ud800"}',
+            '{"s": "\\udc00x"}', '{"n": NaN}', '{"n": Infinity}', "\ufeff{}", '{"s": "a\tb"}', "{'a': 1}",
+            '{"a": 1,}', "[1,]", '{"a": 01}', '{"a": 1} trailing', "[" * 1200 + "]" * 1200, "[" * 900 + "]" * 900, None]
+
+
+def test_a_text_is_json_exactly_when_try_parse_json_says_so(spark):
+    want, got = expected(spark, NOT_JSON), actual(spark, NOT_JSON)
+    assert [w is None for w in want] == [g is None for g in got]
+    assert sum(g is None for g in got) >= len(NOT_JSON) - 4  # mostly refusals: the test sees both answers
+    assert any(g is not None for g in got)
 
 
 def test_the_struct_type_follows_the_fields():
-    names = [f.name for f in variant_fields_type(FIELDS).fields]
+    names = [f.name for f in json_fields_type(FIELDS).fields]
     assert names == ["t_s", "s_s", "t_b", "b_b", "t_i", "d_i", "l_i", "t_f", "d_f"]
 
 
@@ -91,8 +103,9 @@ def test_the_struct_type_follows_the_fields():
 def test_a_bad_field_spec_is_refused(spark, kinds):
     gateway, jvm = spark.sparkContext._gateway, spark._jvm
     names = gateway.new_array(jvm.java.lang.String, 2)
+    names[0], names[1] = "a", "b"
     array = gateway.new_array(jvm.java.lang.String, len(kinds))
     for i, k in enumerate(kinds):
         array[i] = k
     with pytest.raises(Exception, match="unknown kind|one kind per field"):
-        jvm.cardstream.parse.VariantFields(names, array)
+        jvm.cardstream.parse.JsonFields(names, array, False, True)

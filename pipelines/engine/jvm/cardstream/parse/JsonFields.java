@@ -1,8 +1,13 @@
 package cardstream.parse;
 
+import java.io.IOException;
 import java.math.BigDecimal;
 import java.math.RoundingMode;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
@@ -13,14 +18,17 @@ import org.apache.spark.types.variant.VariantUtil;
 import org.apache.spark.unsafe.types.VariantVal;
 
 /**
- * The top-level fields of a parsed JSON object (a VARIANT from try_parse_json), each with its JSON
- * type and its typed value, in one call per record.
+ * A JSON text parsed as try_parse_json parses it, and the top-level fields of the object it holds,
+ * each with its JSON type and its typed value, in one call per record; null when the text is not
+ * JSON (as try_parse_json gives null).
  *
- * <p>Why: the contract's parsing (pipelines/engine/sources.py) read each field with
- * variant_get/schema_of_variant/try_variant_get, and Spark's variant cast builds a Literal and a
- * Cast expression for every scalar it converts: a third of the usage job's CPU. This reads the same
- * variant (so what is valid JSON is still decided by Spark's own parser) and gives the same answers
- * as those expressions, without them:
+ * <p>Why: the contract's parsing (pipelines/engine/sources.py) was try_parse_json, then per field
+ * variant_get, schema_of_variant and try_variant_get. try_parse_json makes a new JsonFactory for
+ * every record (a fresh symbol table: each field name hashed, interned and added again), and
+ * Spark's variant cast builds a Literal and a Cast expression for every scalar it converts:
+ * together most of the usage job's CPU. This parses with Spark's own VariantBuilder (so what is
+ * valid JSON is decided by the same code, with the session's duplicate-key and Unicode settings)
+ * through one shared factory, and gives the same answers as those expressions:
  *
  * <ul>
  *   <li>{@code t_<name>}: schema_of_variant of the field (null when absent, VOID for a JSON null);
@@ -32,18 +40,25 @@ import org.apache.spark.unsafe.types.VariantVal;
  * </ul>
  *
  * Kinds: {@code str}, {@code bool}, {@code int}, {@code float}; the Python side builds the
- * matching struct type (pipelines/engine/sources.py, {@code variant_fields_type}).
+ * matching struct type (pipelines/engine/sources.py, {@code json_fields_type}).
  */
-public final class VariantFields implements UDF1<VariantVal, Row> {
+public final class JsonFields implements UDF1<String, Row> {
   private static final long serialVersionUID = 1L;
   private static final double LONG_MAX = (double) Long.MAX_VALUE;
   private static final double LONG_MIN = (double) Long.MIN_VALUE;
+  /** Jackson's defaults, as VariantBuilder.parseJson's `new JsonFactory()`; thread-safe. */
+  private static final JsonFactory FACTORY = new JsonFactory();
 
   private final String[] names;
+  private final byte[][] nameBytes;
   private final char[] kinds;
   private final int width;
+  private final boolean allowDuplicateKeys;
+  private final boolean validateUnicode;
 
-  public VariantFields(String[] names, String[] kinds) {
+  /** `allowDuplicateKeys`, `validateUnicode`: the session's spark.sql.variant.allowDuplicateKeys and
+   *  spark.sql.variant.validateUnicodeInJsonParsing, which try_parse_json passes to the builder. */
+  public JsonFields(String[] names, String[] kinds, boolean allowDuplicateKeys, boolean validateUnicode) {
     if (names.length != kinds.length) {
       throw new IllegalArgumentException("one kind per field name");
     }
@@ -60,19 +75,38 @@ public final class VariantFields implements UDF1<VariantVal, Row> {
       }
     }
     this.width = w;
+    this.nameBytes = new byte[names.length][];
+    for (int i = 0; i < names.length; i++) {
+      this.nameBytes[i] = names[i].getBytes(StandardCharsets.UTF_8);
+    }
+    this.allowDuplicateKeys = allowDuplicateKeys;
+    this.validateUnicode = validateUnicode;
+  }
+
+  /** try_parse_json: the text's first JSON value as a variant, null when it is not JSON. */
+  Variant parse(String text) {
+    if (text == null || text.isEmpty()) {
+      return null;
+    }
+    try (JsonParser parser = FACTORY.createParser(text)) {
+      parser.nextToken();
+      return VariantBuilder.parseJson(parser, allowDuplicateKeys, validateUnicode);
+    } catch (IOException | RuntimeException e) {  // Spark's try_ gives null for any non-fatal failure
+      return null;
+    }
   }
 
   @Override
-  public Row call(VariantVal input) {
-    if (input == null) {
+  public Row call(String text) {
+    Variant root = parse(text);
+    if (root == null) {
       return null;
     }
-    Variant root = new Variant(input.getValue(), input.getMetadata());
-    boolean object = root.getType() == VariantUtil.Type.OBJECT;
+    Variant[] found = root.getType() == VariantUtil.Type.OBJECT ? fields(root) : new Variant[names.length];
     Object[] out = new Object[width];
     int k = 0;
     for (int i = 0; i < names.length; i++) {
-      Variant v = object ? root.getFieldByKey(names[i]) : null;
+      Variant v = found[i];
       VariantUtil.Type type = v == null ? null : v.getType();
       out[k++] = v == null ? null : typeName(v, type);
       switch (kinds[i]) {
@@ -91,6 +125,45 @@ public final class VariantFields implements UDF1<VariantVal, Row> {
       }
     }
     return RowFactory.create(out);
+  }
+
+  /** The object's values of `names` (null where absent), as getFieldByKey finds them, but with the
+   *  names compared as bytes against the metadata's dictionary once: getFieldByKey decodes a key
+   *  into a String at every comparison. Dictionary layout: a header byte (offset size - 1 in its top
+   *  two bits), the key count, count + 1 offsets, then the keys' UTF-8 bytes (VariantUtil). */
+  private Variant[] fields(Variant root) {
+    byte[] metadata = root.getMetadata();
+    int offsetSize = ((metadata[0] >> 6) & 0x3) + 1;
+    int count = VariantUtil.readUnsigned(metadata, 1, offsetSize);
+    int strings = 1 + (count + 2) * offsetSize;
+    int[] ids = new int[names.length];
+    Arrays.fill(ids, -1);
+    int wanted = names.length;
+    for (int id = 0; id < count && wanted > 0; id++) {
+      int start = strings + VariantUtil.readUnsigned(metadata, 1 + (id + 1) * offsetSize, offsetSize);
+      int end = strings + VariantUtil.readUnsigned(metadata, 1 + (id + 2) * offsetSize, offsetSize);
+      for (int i = 0; i < names.length; i++) {
+        if (ids[i] < 0 && Arrays.equals(metadata, start, end, nameBytes[i], 0, nameBytes[i].length)) {
+          ids[i] = id;
+          wanted--;
+          break;
+        }
+      }
+    }
+    Variant[] out = new Variant[names.length];
+    if (wanted == names.length) {
+      return out;
+    }
+    int size = root.objectSize();
+    for (int j = 0; j < size; j++) {
+      int id = root.getDictionaryIdAtIndex(j);
+      for (int i = 0; i < names.length; i++) {
+        if (ids[i] == id) {
+          out[i] = root.getFieldAtIndex(j).value;
+        }
+      }
+    }
+    return out;
   }
 
   /** schema_of_variant's answer: spelled out for the scalars records carry, Spark's own for the rest. */
