@@ -208,7 +208,7 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
             values.append(F.when(ok, c(f"_f.{_VALUE_PREFIX[kind]}_{n}")).alias(n))
     df = df.select("*", *values)
 
-    keys = F.json_object_keys(c("_text"))  # only evaluated for what try_parse_json refused
+    keys = F.json_object_keys(c("_text"))  # only evaluated for what is not JSON (`_f` null)
     rule = (F.when(c("_size").isNull() | (c("_size") == 0), F.lit("empty payload"))
             .when(c("_size") > MAX_PAYLOAD_BYTES, F.lit("oversized payload"))
             .when(~c("_utf8"), F.lit("invalid UTF-8"))

@@ -46,8 +46,12 @@ public final class JsonFields implements UDF1<String, Row> {
   private static final long serialVersionUID = 1L;
   private static final double LONG_MAX = (double) Long.MAX_VALUE;
   private static final double LONG_MIN = (double) Long.MIN_VALUE;
-  /** Jackson's defaults, as VariantBuilder.parseJson's `new JsonFactory()`; thread-safe. */
-  private static final JsonFactory FACTORY = new JsonFactory();
+  /** Jackson's defaults, as VariantBuilder.parseJson's `new JsonFactory()`, but with no symbol
+   *  table: shared by every record, one would gather every field name any producer sends, and
+   *  Jackson refuses a document when a table's collision chain grows too long, which a per-record
+   *  factory never meets. Canonicalizing names changes nothing a parse accepts. Thread-safe. */
+  private static final JsonFactory FACTORY =
+      JsonFactory.builder().disable(JsonFactory.Feature.CANONICALIZE_FIELD_NAMES).build();
 
   private final String[] names;
   private final byte[][] nameBytes;
