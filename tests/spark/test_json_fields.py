@@ -67,9 +67,10 @@ def comparable(row: dict, kind_of: dict) -> dict:
 def test_every_json_value_gets_the_type_and_values_of_sparks_expressions(spark):
     docs = [json.dumps({n: "@"}).replace('"@"', value) for value in VALUES for n in FIELDS]
     docs += ["{}", '{"other": 1}', "[1]", '"s"', "12", "null"]  # absent fields; roots that are not objects
-    # all four among other keys (a prefix of one, non-ASCII, empty, nested, 40 more), in any order
+    # all four among other keys (a prefix of one, non-ASCII, empty, nested, 40 more), in any order;
     docs += ['{"zz": 1, "f": 1.5, "é": 2, "s": "x", "ss": "no", "": 0, "i": 7, "o": {"s": "in"}, "b": true}',
-             json.dumps({**{f"k{j}": j for j in range(40)}, "b": False, "i": -3, "s": "y", "f": 2})]
+             json.dumps({**{f"k{j}": j for j in range(40)}, "b": False, "i": -3, "s": "y", "f": 2}),
+             '{"o": {"s": "x", "i": 1}}']  # the names only inside a nested object: absent at the top
     want, got = expected(spark, docs), actual(spark, docs)
     assert len(got) == len(docs)
     for doc, w, g in zip(docs, want, got):
