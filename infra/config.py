@@ -96,8 +96,9 @@ class Settings:
     # Usage job: checkpoints kept, dedupe horizon (on Kafka append time), batch size cap
     min_batches_to_retain: int
     dedupe_seconds: int
+    dedupe_snapshot_deltas: int  # exactly-once's dedupe files: a snapshot every this many deltas
     usage_max_offsets: int
-    usage_state_store: str  # "inplace" (ours), "memory" (Spark's HDFS-backed store) or "rocksdb": see STATE_STORES
+    usage_state_store: str  # the windows query's: "inplace" (ours), "memory" (Spark's HDFS-backed) or "rocksdb"
     # Dashboard
     dashboard_host: str
     dashboard_port: int
@@ -294,6 +295,7 @@ def load(env: dict | None = None) -> Settings:
         session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),
         min_batches_to_retain=_int(env, "MIN_BATCHES_TO_RETAIN", 20),
         dedupe_seconds=_int(env, "DEDUPE_SECONDS", 600),
+        dedupe_snapshot_deltas=_int(env, "DEDUPE_SNAPSHOT_DELTAS", 10),
         usage_max_offsets=_int(env, "USAGE_MAX_OFFSETS", 500_000),
         usage_state_store=_choice(env, "USAGE_STATE_STORE", "inplace", STATE_STORES),
         dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),

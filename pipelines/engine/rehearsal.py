@@ -44,7 +44,8 @@ def scratch_stream(spark, s: Settings, rows: list[tuple], prefix: str):
     s.run_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}-rehearsal-", dir=s.run_dir) as tmp:
         schema = kafka_schema()
-        spark.createDataFrame(rows, schema).write.parquet(f"{tmp}/in")
+        # one file, so one task reads each partition's rows (exactly-once's dedupe counts on it)
+        spark.createDataFrame(rows, schema).coalesce(1).write.parquet(f"{tmp}/in")
         yield spark.readStream.schema(schema).parquet(f"{tmp}/in"), tmp
 
 

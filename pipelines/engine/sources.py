@@ -171,6 +171,7 @@ def _envelope(kafka_df: DataFrame) -> DataFrame:
     return kafka_df.select(
         F.struct(F.substring("value", 1, DEAD_LETTER_HEAD_BYTES).alias("head"), size.alias("size")).alias("raw"),
         F.col("timestamp").alias("kafka_ts"), "partition", "offset",
+        (F.col("key") if "key" in kafka_df.columns else F.lit(None).cast("binary")).alias("key"),
         size.alias("_size"), utf8.alias("_utf8"), replay.alias("_replay"),
         F.when(parse, text).alias("_text"))
 
@@ -267,8 +268,8 @@ def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *,
 def decision_reasons(kafka_df: DataFrame, s: Settings | None = None,
                      fields=("txn_id", "card_id", "event_time", "is_fraud"), *,
                      now_ms: int | Column | None = None) -> DataFrame:
-    """Kafka rows of `decisions` -> `fields` typed, `kafka_ts`, `partition`, `offset` and `reason`
-    (null: valid).
+    """Kafka rows of `decisions` -> `fields` typed, `kafka_ts`, `partition`, `offset`, `key` and
+    `reason` (null: valid).
 
     The decision contract: the fields asked for are required; txn_id and card_id non-empty strings
     of at most MAX_ID_BYTES bytes; is_fraud a boolean; event_time integral milliseconds, not
@@ -281,13 +282,14 @@ def decision_reasons(kafka_df: DataFrame, s: Settings | None = None,
     high = _now_ms(now_ms) + s.validation_future_seconds * 1000
     df = _validated(_envelope(kafka_df), {k: DECISION_FIELDS[k] for k in fields}, list(fields),
                     F.lit(DECISION_MIN_EVENT_TIME_MS).cast("bigint"), high, times=("event_time",))
-    return df.select(*fields, "kafka_ts", "partition", "offset", F.col("_reason").alias("reason"))
+    return df.select(*fields, "kafka_ts", "partition", "offset", "key", F.col("_reason").alias("reason"))
 
 
 def parse_decisions(kafka_df: DataFrame, fields=("txn_id", "card_id", "event_time", "is_fraud"),
-                    s: Settings | None = None) -> DataFrame:
+                    s: Settings | None = None, keep=()) -> DataFrame:
     """Kafka rows of `decisions` -> the few columns the usage job needs, plus the record's
-    Kafka timestamp (`kafka_ts`) and `event_ts` (JVM-side JSON parsing and validation).
+    Kafka timestamp (`kafka_ts`), `event_ts` (JVM-side JSON parsing and validation) and the
+    record's Kafka columns named in `keep` (`partition`, `offset`, `key`).
 
     A decision that breaks the contract (`decision_reasons`) is not counted, and not silently:
     each batch reports how many were rejected, and why, as the observed metric
@@ -297,7 +299,7 @@ def parse_decisions(kafka_df: DataFrame, fields=("txn_id", "card_id", "event_tim
     reason = F.col("reason")
     observed = checked.observe(DECISIONS_REJECTED, F.count_if(reason.isNotNull()).alias("rejected"),
                                F.collect_set(reason).alias("reasons"))
-    out = observed.where(reason.isNull()).select(*fields, "kafka_ts")
+    out = observed.where(reason.isNull()).select(*fields, "kafka_ts", *keep)
     if "event_time" in fields:
         out = out.withColumn("event_ts", F.timestamp_millis("event_time"))
     return out

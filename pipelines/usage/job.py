@@ -30,6 +30,7 @@ import os
 import shutil
 import signal
 import threading
+from pathlib import Path
 
 from controlplane import fencing, ledger
 from controlplane.clock import now_ms
@@ -44,6 +45,7 @@ from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeo
 from pipelines.guarantees import Guarantee
 from pipelines.hooks import Faults
 from pipelines.restarts import first_line
+from pipelines.usage import dedupe
 
 JOB = "usage"
 EXIT_REFUSED = 2
@@ -143,16 +145,28 @@ class UsageJob:
 
         name, checkpoint = policy.query, checkpoint_dir(self.s, policy.query)
 
+        def counts(df, batch_id, failing) -> tuple[int, int]:
+            """(decisions, fraud) of the batch: deduplicated per Kafka partition when the guarantee
+            says so, else aggregated as it is; an injected task failure fails a task of that job."""
+            msg = f"task-failure injected into {name} batch {batch_id}"
+            if policy.dedupes_input:
+                if failing is not None:
+                    df = df.withColumn("is_fraud", F.coalesce(F.raise_error(F.lit(msg)).cast("boolean"),
+                                                              F.col("is_fraud")))
+                c = dedupe.count(df, checkpoint, batch_id, self.s)
+                return c.counted, c.fraud
+            aggs = count_columns()
+            if failing is not None:
+                aggs.append(F.sum(F.coalesce(F.raise_error(F.lit(msg)).cast("long"), F.lit(0))).alias("x"))
+            row = df.agg(*aggs).collect()[0]
+            return int(row["n"]), int(row["f"])
+
         def handle(df, batch_id):
             db = self.store_for(name)
             batch = checkpoints.ledger_batch(name, checkpoint, batch_id)
             failing = self.faults.take_task_failure(policy.name)
-            aggs = count_columns()
-            if failing is not None:
-                msg = f"task-failure injected into {name} batch {batch_id}"
-                aggs.append(F.sum(F.coalesce(F.raise_error(F.lit(msg)).cast("long"), F.lit(0))).alias("x"))
             try:
-                row = df.agg(*aggs).collect()[0]
+                processed, fraud = counts(df, batch_id, failing)
             except Exception as exc:
                 if failing is not None:
                     self.faults.task_failure_done(db, policy.name, failing, batch_id)
@@ -161,7 +175,7 @@ class UsageJob:
                 return
             if failing is not None:  # an empty batch raised nothing: keep the hook armed
                 self.faults.rearm_task_failure(policy.name, failing)
-            batch = dataclasses.replace(batch, processed=int(row["n"]), fraud=int(row["f"]))
+            batch = dataclasses.replace(batch, processed=processed, fraud=fraud)
             if batch.processed == 0:
                 return
             try:
@@ -287,15 +301,14 @@ def count_columns() -> list:
 
 
 def counted_stream(source, s: Settings, policy: Guarantee):
-    """Kafka rows of `decisions` -> what a guarantee's query counts (deduplicated by txn_id when
-    the guarantee says so)."""
+    """Kafka rows of `decisions` -> what a guarantee's query counts: the valid decisions, with
+    their Kafka partition and key when the guarantee deduplicates them (`dedupe.count`, in the
+    batch's own stage: no shuffle, no stateful operator)."""
     from pipelines.engine.sources import parse_decisions
 
-    stream = parse_decisions(source, s=s).select("txn_id", "is_fraud", "kafka_ts")  # only these cross the shuffle
     if policy.dedupes_input:
-        stream = (stream.withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
-                  .dropDuplicatesWithinWatermark(["txn_id"]))
-    return stream
+        return parse_decisions(source, s=s, keep=("partition", "key")).select(*dedupe.COLUMNS)
+    return parse_decisions(source, s=s).select("txn_id", "is_fraud", "kafka_ts")
 
 
 def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeout_s: float = 180.0,
@@ -316,8 +329,12 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
                   "is_late": False} for i in range(32)]
     rows = kafka_rows([(d["txn_id"].encode(), json.dumps(d).encode()) for d in decisions], now)
     with scratch_stream(spark, s, rows, JOB) as (source, tmp):
-        plans = {p.query: (counted_stream(source, s, p), lambda df, _: df.agg(*count_columns()).collect())
-                 for p in policies}
+        def counter(p: Guarantee):
+            if p.dedupes_input:
+                return lambda df, batch_id: dedupe.count(df, Path(tmp) / p.query, batch_id, s)
+            return lambda df, _: df.agg(*count_columns()).collect()
+
+        plans = {p.query: (counted_stream(source, s, p), counter(p)) for p in policies}
         if windows:
             plans[W.QUERY] = (W.windowed_stream(source, s),
                               lambda df, _: W.batch_results(df, None, s.session_gap_seconds))

@@ -88,6 +88,50 @@ NOT_JSON = ["{", "not json", "", " ", '{"a": 1, "a": 2}', '{"o": {"a": 1, "a": 2
             '{"a": 1,}', "[1,]", '{"a": 01}', '{"a": 1} trailing', "[" * 1200 + "]" * 1200, "[" * 900 + "]" * 900, None]
 
 
+# the edges of the scan that reads plain flat objects without the builder (JsonFields.plain):
+# each is decided as try_parse_json decides it, with the same types and values when it is JSON
+PLAIN_EDGES = [' \t\r\n{ "s" : "x" , "i" :\n-7 }\n ', "{ }", '{"s":"x"} x', '{"s":"x",}', "{,}", '{"s" "x"}',
+               '{"s":"x" "i":1}', '{"s":"a\\"b"}', '{"x":"a\\"b\\\\c\\/d\\n\\t\\b\\f\\r","s":"v"}',
+               '{"x":"\\u0041","s":"v"}', '{"x":"\\q","s":"v"}', '{"s\\u0041":1,"s":"v"}', '{"x":{"s":1},"s":"v"}',
+               '{"x":[1,{"a":2}],"i":3}', '{"s":"a","s":"b"}', '{"s":"v","x":1,"x":2}', '{"b":truex}', '{"b":tru}',
+               '{"b":nul}', '{"i":-}', '{"i":1.}', '{"i":.5}', '{"i":1e}', '{"i":1e+}', '{"i":--1}', '{"i":+1}',
+               '{"i":123456789012345678}', '{"i":-123456789012345678}', '{"i":1234567890123456789}', '{"i":1E5}',
+               '{"i":0}', '{"i":00}', '{"i":-01}', '{"f":7}', '{"f":-0.25}', '{"x":1.5e-7,"y":-0E+0,"i":2}',
+               '{"s":"\x7f\u00e9\u4e2d"}', '{"x":"😀","s":"v😀"}', '{"s":"tab\there"}', '{"s":"x"}\n\t',
+               '{"s":"' + "k" * 2000 + '"}', '{"' + "k" * 1500 + '":1,"s":"v"}', '{"i":' + "1" * 120 + "}",
+               '{"x":' + "1" * 1200 + ',"s":"v"}', '{"é":1,"s":"v"}', '{"":1,"s":"v"}', '{"s":null,"b":null,"i":null}',
+               '{"s":true,"b":"true","i":"1","f":false}', "{\"s\":\"v\"", '{"s":"v"']
+
+
+def test_the_plain_object_scan_decides_as_try_parse_json_and_reads_the_same_values(spark):
+    want, got = expected(spark, PLAIN_EDGES), actual(spark, PLAIN_EDGES)
+    for doc, w, g in zip(PLAIN_EDGES, want, got):
+        assert (w is None) == (g is None), doc
+        if w is not None:
+            assert comparable(g, FIELDS) == comparable(w, FIELDS), doc
+    assert sum(w is None for w in want) >= 10 and sum(w is not None for w in want) >= 10
+
+
+def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder(spark):
+    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+
+    def strings(values):
+        array = gateway.new_array(jvm.java.lang.String, len(values))
+        for i, v in enumerate(values):
+            array[i] = v
+        return array
+
+    scan = jvm.cardstream.parse.JsonFields(strings(list(FIELDS)), strings(["str", "bool", "int", "float"]), False, True)
+    decision = json.dumps({"txn_id": "tx-1", "card_id": "c", "amount_cents": 1200, "score": 0.1, "is_fraud": False,
+                           "explanation": json.dumps([{"feature": "amount", "share": 0.5}]), "s": "é", "i": -3},
+                          ensure_ascii=False)
+    for doc in (decision, PLAIN_EDGES[0], "{ }", PLAIN_EDGES[8], '{"x":1.5e-7,"y":-0E+0,"i":2}'):
+        assert scan.plain(doc) is not None, doc
+    for doc in ('{"s":"a\\"b"}', '{"x":{"s":1}}', '{"i":1234567890123456789}', '{"f":-0.25}', '{"s":"a","s":"b"}',
+                '{"s":"x"} x', '{"é":1}', "[1]"):
+        assert scan.plain(doc) is None, doc
+
+
 def test_a_text_is_json_exactly_when_try_parse_json_says_so(spark):
     want, got = expected(spark, NOT_JSON), actual(spark, NOT_JSON)
     assert [w is None for w in want] == [g is None for g in got]

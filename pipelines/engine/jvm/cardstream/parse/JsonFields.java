@@ -102,6 +102,10 @@ public final class JsonFields implements UDF1<String, Row> {
 
   @Override
   public Row call(String text) {
+    Object[] plain = text == null ? null : plain(text);
+    if (plain != null) {
+      return RowFactory.create(plain);
+    }
     Variant root = parse(text);
     if (root == null) {
       return null;
@@ -129,6 +133,199 @@ public final class JsonFields implements UDF1<String, Row> {
       }
     }
     return RowFactory.create(out);
+  }
+
+  /**
+   * The fields of a plain flat object read straight from the text, without building a variant;
+   * null for anything else, which `parse` then decides. Plain: one object of unique names in
+   * printable ASCII without escapes; values that are strings (escapes other than \\u allowed
+   * outside the fields asked for), true, false, null or numbers; a field asked for holds a string
+   * without escapes, a boolean, null or an integer of at most 18 digits; whitespace only around
+   * the tokens and after the object. Jackson and the builder accept every such text and give
+   * these values and types (tests/spark/test_json_fields.py compares them): why a record the
+   * producers write costs a scan instead of a parse and a variant.
+   */
+  public Object[] plain(String t) {
+    int n = t.length();
+    int i = skipSpace(t, 0, n);
+    if (i >= n || t.charAt(i) != '{') {
+      return null;
+    }
+    Object[] out = new Object[width];
+    i = skipSpace(t, i + 1, n);
+    if (i < n && t.charAt(i) == '}') {
+      return skipSpace(t, i + 1, n) == n ? out : null;
+    }
+    int[] keyStart = new int[24];
+    int[] keyEnd = new int[24];
+    int[] keyHash = new int[24];
+    int keys = 0;
+    while (true) {
+      if (i >= n || t.charAt(i) != '"') {
+        return null;
+      }
+      int ks = ++i;
+      int h = 0;
+      char c = 0;
+      while (i < n && (c = t.charAt(i)) != '"') {
+        if (c < 0x20 || c > 0x7E || c == '\\') {
+          return null;
+        }
+        h = 31 * h + c;
+        i++;
+      }
+      if (i >= n) {
+        return null;
+      }
+      int ke = i++;
+      if (ke - ks > 1000) {
+        return null; // Jackson limits a name's length
+      }
+      for (int j = 0; j < keys; j++) {
+        if (keyHash[j] == h && keyEnd[j] - keyStart[j] == ke - ks && t.regionMatches(keyStart[j], t, ks, ke - ks)) {
+          return null; // a repeated name: the builder's setting decides
+        }
+      }
+      if (keys == keyStart.length) {
+        keyStart = Arrays.copyOf(keyStart, keys * 2);
+        keyEnd = Arrays.copyOf(keyEnd, keys * 2);
+        keyHash = Arrays.copyOf(keyHash, keys * 2);
+      }
+      keyStart[keys] = ks;
+      keyEnd[keys] = ke;
+      keyHash[keys++] = h;
+      int field = -1;
+      int slot = 0;
+      for (int f = 0, k = 0; f < names.length; k += kinds[f] == 'i' ? 3 : 2, f++) {
+        if (names[f].length() == ke - ks && t.regionMatches(ks, names[f], 0, ke - ks)) {
+          field = f;
+          slot = k;
+          break;
+        }
+      }
+      i = skipSpace(t, i, n);
+      if (i >= n || t.charAt(i) != ':') {
+        return null;
+      }
+      i = skipSpace(t, i + 1, n);
+      if (i >= n) {
+        return null;
+      }
+      c = t.charAt(i);
+      int vs = i;
+      if (c == '"') {
+        for (i++; i < n && (c = t.charAt(i)) != '"'; i++) {
+          if (c < 0x20 || Character.isSurrogate(c)) {
+            return null;
+          }
+          if (c == '\\') {
+            if (field >= 0 || i + 1 >= n || "\"\\/bfnrt".indexOf(t.charAt(i + 1)) < 0) {
+              return null;
+            }
+            i++;
+          }
+        }
+        if (i >= n) {
+          return null;
+        }
+        i++;
+        if (field >= 0) {
+          out[slot] = "STRING";
+          if (kinds[field] == 's') {
+            out[slot + 1] = t.substring(vs + 1, i - 1);
+          }
+        }
+      } else if (c == 't' || c == 'f' || c == 'n') {
+        String word = c == 't' ? "true" : c == 'f' ? "false" : "null";
+        if (!t.startsWith(word, i)) {
+          return null;
+        }
+        i += word.length();
+        if (field >= 0) {
+          out[slot] = c == 'n' ? "VOID" : "BOOLEAN";
+          if (c != 'n' && kinds[field] == 'b') {
+            out[slot + 1] = c == 't';
+          }
+        }
+      } else if (c == '-' || (c >= '0' && c <= '9')) {
+        int digits = i + (c == '-' ? 1 : 0);
+        i = digits;
+        if (i < n && t.charAt(i) == '0') {
+          i++;
+        } else {
+          while (i < n && (c = t.charAt(i)) >= '0' && c <= '9') {
+            i++;
+          }
+          if (i == digits) {
+            return null;
+          }
+        }
+        int intEnd = i;
+        if (i < n && t.charAt(i) == '.') {
+          int from = ++i;
+          while (i < n && (c = t.charAt(i)) >= '0' && c <= '9') {
+            i++;
+          }
+          if (i == from) {
+            return null;
+          }
+        }
+        if (i < n && (t.charAt(i) == 'e' || t.charAt(i) == 'E')) {
+          i++;
+          if (i < n && (t.charAt(i) == '+' || t.charAt(i) == '-')) {
+            i++;
+          }
+          int from = i;
+          while (i < n && (c = t.charAt(i)) >= '0' && c <= '9') {
+            i++;
+          }
+          if (i == from) {
+            return null;
+          }
+        }
+        if (i - vs > 100) {
+          return null; // Jackson limits a number's length
+        }
+        if (field >= 0) {
+          if (intEnd != i || intEnd - digits > 18) {
+            return null; // decimals, doubles, longs near the edges: the builder's types
+          }
+          long value = Long.parseLong(t, vs, i, 10);
+          out[slot] = "BIGINT";
+          if (kinds[field] == 'i') {
+            out[slot + 1] = (double) value;
+            out[slot + 2] = value;
+          } else if (kinds[field] == 'f') {
+            out[slot + 1] = (double) value;
+          }
+        }
+      } else {
+        return null; // objects, arrays, anything else
+      }
+      i = skipSpace(t, i, n);
+      if (i >= n) {
+        return null;
+      }
+      c = t.charAt(i);
+      if (c == '}') {
+        return skipSpace(t, i + 1, n) == n ? out : null;
+      }
+      if (c != ',') {
+        return null;
+      }
+      i = skipSpace(t, i + 1, n);
+    }
+  }
+
+  private static int skipSpace(String t, int i, int n) {
+    while (i < n) {
+      char c = t.charAt(i);
+      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+        break;
+      }
+      i++;
+    }
+    return i;
   }
 
   /** The object's values of `names` (null where absent), as getFieldByKey finds them, but with the

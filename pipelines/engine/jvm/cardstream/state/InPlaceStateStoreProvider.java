@@ -755,6 +755,29 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return ((long) s << 32) | off;
     }
 
+    /** An entry's value read as one long (PartitionDedupe's first-seen time). */
+    long valueLong(long ref) {
+      return Platform.getLong(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8 + keySize(ref));
+    }
+
+    /** Overwrite an entry's 8-byte value in place. */
+    void setValueLong(long ref, long value) {
+      Platform.putLong(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8 + keySize(ref), value);
+    }
+
+    /** The key's bytes of an entry: (slab, offset within it, size) for writing it out. */
+    byte[] slabOfRef(long ref) {
+      return slabs[slabOf(ref)];
+    }
+
+    static int keyOffsetOf(long ref) {
+      return offsetOf(ref) + 8;
+    }
+
+    int keySizeOf(long ref) {
+      return keySize(ref);
+    }
+
     void write(DataOutputStream out, long ref) throws IOException {
       byte[] slab = slabs[slabOf(ref)];
       int off = offsetOf(ref);

@@ -1,0 +1,433 @@
+package cardstream.state;
+
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * Exactly-once's dedupe where the data already sits: each Kafka partition's txn ids, kept beside
+ * the query's checkpoint and checked in the task that reads the partition.
+ *
+ * <p>Why: the decisions topic is keyed by txn_id, so every copy of a decision lands in the same
+ * partition; Spark's own dedupe (`dropDuplicatesWithinWatermark`) first shuffles every row by
+ * txn_id to its state store's partition, a second stage that cost exactly-once about a tenth of
+ * its time (bench/RESULTS.md#throughput). Here the batch is counted in the stage that reads it.
+ *
+ * <p>What it promises, per Kafka partition: a txn_id counts once; a copy counts again only when
+ * its first copy's Kafka time (append time, `kafka_ts`) is more than the retention older than the
+ * newest record the partition held before the batch, so a batch's answer depends on the records
+ * before it and never on how they were cached, batched or replayed.
+ *
+ * <p>Durability: batch N's changes (the ids it counted, with their time) go to `N.delta` in the
+ * partition's folder, written to a temporary file and renamed, as Spark's state stores write
+ * theirs; every `snapshotEvery` deltas the live ids go to `N.snapshot` and files older than the
+ * snapshot before it are deleted. A batch is only ever run after the one before it committed, so
+ * files of batch N and later found when batch N starts are an earlier attempt's, uncommitted:
+ * they are deleted and the state is the latest snapshot before N plus the deltas after it (a
+ * partition without rows in a batch writes no file). Tables stay loaded in the JVM between
+ * batches and are rebuilt from the files only when another attempt or process wrote there.
+ */
+public final class PartitionDedupe {
+  private static final int MAGIC = 0x43534450; // "CSDP"
+  private static final int FORMAT = 1;
+  private static final long COMPACT_ABOVE = 32L << 20;
+  private static final String DELTA = ".delta";
+  private static final String SNAPSHOT = ".snapshot";
+  private static final long WAIT_MS = 60_000;
+  private static final ConcurrentHashMap<String, Partition> LOADED = new ConcurrentHashMap<>();
+
+  private PartitionDedupe() {
+  }
+
+  /**
+   * Count batch `batchId` of `df` (columns partition int, key binary, txn_id string, is_fraud
+   * boolean, kafka_ts timestamp), each txn_id once per Kafka partition within the retention.
+   * Returns {counted, fraud among them, copies not counted, ids held, records whose Kafka key is
+   * not their txn_id (their copies may sit in another partition)}.
+   */
+  public static long[] count(Dataset<Row> df, String dir, long batchId, long retentionMs, int snapshotEvery) {
+    if (snapshotEvery < 1 || retentionMs < 0 || batchId < 0) {
+      throw new IllegalArgumentException("PartitionDedupe: batch " + batchId + ", retention " + retentionMs
+          + " ms, a snapshot every " + snapshotEvery + " deltas");
+    }
+    final String root = Paths.get(dir).toAbsolutePath().toString();
+    final long retention = retentionMs * 1000; // Spark timestamps are µs
+    FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, root, batchId, retention, snapshotEvery);
+    List<long[]> parts = df.select("partition", "key", "txn_id", "is_fraud", "kafka_ts")
+        .queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
+    long[] total = new long[5];
+    Map<Long, Integer> seen = new HashMap<>();
+    for (long[] p : parts) {
+      if (seen.merge(p[0], 1, Integer::sum) > 1) {
+        // two tasks wrote the same partition's delta: neither holds the other's ids
+        drop(root, (int) p[0], batchId);
+        throw new IllegalStateException("PartitionDedupe: Kafka partition " + p[0] + " came in more than one task of batch "
+            + batchId + "; the dedupe needs each partition's records in one task (Spark's Kafka source reads them so "
+            + "unless minPartitions or maxRecordsPerPartition splits them)");
+      }
+      for (int i = 0; i < 5; i++) {
+        total[i] += p[i + 1];
+      }
+    }
+    return total;
+  }
+
+  /** Forget every loaded table (the files stay): a bench between runs, a test between "restarts". */
+  public static void unloadAll() {
+    LOADED.clear();
+  }
+
+  private static void drop(String root, int partition, long batchId) {
+    Partition p = LOADED.remove(root + "/" + partition);
+    if (p != null) {
+      synchronized (p) {
+        p.through = Partition.INVALID;
+      }
+    }
+    try {
+      Files.deleteIfExists(Paths.get(root, Integer.toString(partition), batchId + DELTA));
+      Files.deleteIfExists(Paths.get(root, Integer.toString(partition), batchId + SNAPSHOT));
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  private static Iterator<long[]> run(Iterator<InternalRow> rows, String root, long batchId, long retention,
+                                      int snapshotEvery) throws IOException {
+    Map<Integer, Partition> open = new TreeMap<>();
+    Partition cur = null;
+    int curId = Integer.MIN_VALUE;
+    try {
+      while (rows.hasNext()) {
+        InternalRow row = rows.next();
+        int p = row.getInt(0);
+        if (p != curId || cur == null) {
+          cur = open.get(p);
+          if (cur == null) {
+            cur = LOADED.computeIfAbsent(root + "/" + p, k -> new Partition(Paths.get(root, Integer.toString(p))));
+            cur.begin(batchId, retention, !open.isEmpty());
+            open.put(p, cur);
+          }
+          curId = p;
+        }
+        cur.add(row);
+      }
+      List<long[]> out = new ArrayList<>();
+      for (Map.Entry<Integer, Partition> e : open.entrySet()) {
+        Partition p = e.getValue();
+        p.commit(snapshotEvery);
+        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.table.size, p.unkeyed});
+      }
+      return out.iterator();
+    } finally {
+      for (Partition p : open.values()) {
+        p.end();
+      }
+    }
+  }
+
+  /** One Kafka partition's ids: a table in the JVM and the files it is rebuilt from. */
+  static final class Partition {
+    static final long INVALID = -2;
+    final Path dir;
+    InPlaceStateStoreProvider.Table table = new InPlaceStateStoreProvider.Table(COMPACT_ABOVE);
+    long through = INVALID;           // the batch whose changes the table holds last (-1: none)
+    long maxTs = Long.MIN_VALUE;      // the newest Kafka time (µs) of the records through it
+    long lastSnapshot = -1;
+    int deltas;                       // deltas written or read since that snapshot
+    boolean busy;
+    // the batch in progress
+    long batchId;
+    long retention;                   // µs
+    long horizon;                     // a first copy older than this no longer holds its id
+    long batchMaxTs;
+    long counted, fraud, copies, unkeyed;
+    Path tmp;
+    DataOutputStream out;
+    private final byte[] value = new byte[8];
+
+    Partition(Path dir) {
+      this.dir = dir;
+    }
+
+    synchronized void begin(long batchId, long retention, boolean holdingOthers) throws IOException {
+      // another task still on it (a stopped query's, a cancelled attempt's): wait for it to end,
+      // as the state stores wait for their lock; unless this task holds other partitions (then the
+      // source mixes partitions across tasks, and two such tasks would wait for each other)
+      if (busy && holdingOthers) {
+        throw new IllegalStateException("PartitionDedupe: " + dir + " came in more than one task of batch " + batchId
+            + "; the dedupe needs each Kafka partition's records in one task");
+      }
+      long deadline = System.nanoTime() + WAIT_MS * 1_000_000;
+      while (busy) {
+        long left = (deadline - System.nanoTime()) / 1_000_000;
+        if (left <= 0) {
+          throw new IllegalStateException("PartitionDedupe: " + dir + " is still being updated by another task after "
+              + WAIT_MS + " ms");
+        }
+        try {
+          wait(left);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+          throw new IllegalStateException("PartitionDedupe: interrupted waiting for " + dir, e);
+        }
+      }
+      busy = true;
+      Files.createDirectories(dir);
+      TreeMap<Long, List<String>> files = list();
+      delete(files.tailMap(batchId, true)); // an uncommitted attempt's
+      TreeMap<Long, List<String>> before = new TreeMap<>(files.headMap(batchId, false));
+      boolean current = through != INVALID && through < batchId
+          && (before.isEmpty() || before.lastKey() <= through);
+      if (!current) {
+        rebuild(before);
+      }
+      through = INVALID; // until this batch's delta is in place
+      this.retention = retention;
+      this.batchId = batchId;
+      this.horizon = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : maxTs - retention;
+      batchMaxTs = maxTs;
+      counted = fraud = copies = unkeyed = 0;
+      tmp = dir.resolve("." + batchId + DELTA + ".tmp");
+      out = open(tmp, batchId);
+    }
+
+    void add(InternalRow row) throws IOException {
+      if (row.isNullAt(2)) {
+        throw new IllegalStateException("PartitionDedupe: a decision without a txn_id reached the dedupe");
+      }
+      UTF8String id = row.getUTF8String(2);
+      long ts = row.getLong(4);
+      if (ts > batchMaxTs) {
+        batchMaxTs = ts;
+      }
+      Object base = id.getBaseObject();
+      long offset = id.getBaseOffset();
+      int size = id.numBytes();
+      if (row.isNullAt(1) || !sameBytes(row.getBinary(1), base, offset, size)) {
+        unkeyed++;
+      }
+      long ref = table.get(base, offset, size);
+      if (ref != 0 && table.valueLong(ref) >= horizon) {
+        copies++;
+        return;
+      }
+      long seen = Math.max(ts, horizon); // a copy later in this batch always finds it
+      if (ref != 0) {
+        table.setValueLong(ref, seen);
+      } else {
+        Platform.putLong(value, Platform.BYTE_ARRAY_OFFSET, seen);
+        table.put(table.append(base, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
+      }
+      out.writeInt(size);
+      if (base instanceof byte[]) {
+        out.write((byte[]) base, (int) (offset - Platform.BYTE_ARRAY_OFFSET), size);
+      } else {
+        out.write(id.getBytes());
+      }
+      out.writeLong(seen);
+      counted++;
+      if (!row.isNullAt(3) && row.getBoolean(3)) {
+        fraud++;
+      }
+    }
+
+    synchronized void commit(int snapshotEvery) throws IOException {
+      maxTs = batchMaxTs;
+      close(out, maxTs);
+      out = null;
+      Files.move(tmp, dir.resolve(batchId + DELTA), StandardCopyOption.ATOMIC_MOVE,
+          StandardCopyOption.REPLACE_EXISTING);
+      deltas++;
+      if (deltas >= snapshotEvery) {
+        snapshot();
+      }
+      through = batchId;
+    }
+
+    synchronized void end() {
+      if (out != null) { // failed before its commit: the table is rebuilt next time
+        try {
+          out.close();
+          Files.deleteIfExists(tmp);
+        } catch (IOException ignored) {
+          // a stray temporary file is never read
+        }
+        out = null;
+        through = INVALID;
+      }
+      busy = false;
+      notifyAll();
+    }
+
+    /** The live ids at this batch, then the files no replay can need (before the last snapshot) go. */
+    private void snapshot() throws IOException {
+      long horizonNext = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : horizon(maxTs);
+      List<Long> stale = new ArrayList<>();
+      for (long ref = table.next(0); ref != 0; ref = table.next(ref)) {
+        if (table.valueLong(ref) < horizonNext) {
+          stale.add(ref);
+        }
+      }
+      for (long ref : stale) {
+        table.removeKeyOf(ref);
+      }
+      if (table.wasteful()) {
+        table = table.compacted();
+      }
+      Path t = dir.resolve("." + batchId + SNAPSHOT + ".tmp");
+      DataOutputStream s = open(t, batchId);
+      for (long ref = table.next(0); ref != 0; ref = table.next(ref)) {
+        int size = table.keySizeOf(ref);
+        s.writeInt(size);
+        s.write(table.slabOfRef(ref), InPlaceStateStoreProvider.Table.keyOffsetOf(ref), size);
+        s.writeLong(table.valueLong(ref));
+      }
+      close(s, maxTs);
+      Files.move(t, dir.resolve(batchId + SNAPSHOT), StandardCopyOption.ATOMIC_MOVE,
+          StandardCopyOption.REPLACE_EXISTING);
+      long keepFrom = lastSnapshot;
+      lastSnapshot = batchId;
+      deltas = 0;
+      if (keepFrom >= 0) {
+        delete(list().headMap(keepFrom, false));
+      }
+    }
+
+    private long horizon(long ts) {
+      return ts - retention;
+    }
+
+    /** The table as the files before the batch leave it: the latest snapshot, the deltas after it. */
+    private void rebuild(TreeMap<Long, List<String>> files) throws IOException {
+      table = new InPlaceStateStoreProvider.Table(COMPACT_ABOVE);
+      maxTs = Long.MIN_VALUE;
+      lastSnapshot = -1;
+      deltas = 0;
+      through = -1;
+      long from = -1;
+      for (Map.Entry<Long, List<String>> f : files.entrySet()) {
+        if (f.getValue().contains(f.getKey() + SNAPSHOT)) {
+          from = f.getKey();
+        }
+      }
+      for (Map.Entry<Long, List<String>> f : files.tailMap(Math.max(from, 0), true).entrySet()) {
+        // a batch's snapshot holds its delta's changes too
+        boolean snap = f.getKey() == from;
+        read(dir.resolve(f.getKey() + (snap ? SNAPSHOT : DELTA)));
+        if (snap) {
+          lastSnapshot = f.getKey();
+        } else {
+          deltas++;
+        }
+        through = f.getKey();
+      }
+    }
+
+    private void delete(Map<Long, List<String>> files) throws IOException {
+      for (List<String> names : files.values()) {
+        for (String name : names) {
+          Files.deleteIfExists(dir.resolve(name));
+        }
+      }
+    }
+
+    private void read(Path file) throws IOException {
+      try (DataInputStream in = new DataInputStream(new BufferedInputStream(Files.newInputStream(file), 1 << 16))) {
+        if (in.readInt() != MAGIC || in.readInt() != FORMAT) {
+          throw new IOException("PartitionDedupe: " + file + " is not a dedupe file of format " + FORMAT);
+        }
+        in.readLong(); // its batch id, named by the file too
+        byte[] key = new byte[64];
+        byte[] v = new byte[8];
+        for (int size = in.readInt(); size >= 0; size = in.readInt()) {
+          if (size > key.length) {
+            key = new byte[Math.max(size, key.length * 2)];
+          }
+          in.readFully(key, 0, size);
+          long seen = in.readLong();
+          long ref = table.get(key, Platform.BYTE_ARRAY_OFFSET, size);
+          if (ref != 0) {
+            table.setValueLong(ref, seen);
+          } else {
+            Platform.putLong(v, Platform.BYTE_ARRAY_OFFSET, seen);
+            table.put(table.append(key, Platform.BYTE_ARRAY_OFFSET, size, v, Platform.BYTE_ARRAY_OFFSET, 8));
+          }
+        }
+        long fileMax = in.readLong();
+        if (fileMax > maxTs) {
+          maxTs = fileMax;
+        }
+      } catch (EOFException e) {
+        throw new IOException("PartitionDedupe: " + file + " is cut short", e);
+      }
+    }
+
+    /** The partition's files by batch id (a batch's delta, its snapshot, or both). */
+    private TreeMap<Long, List<String>> list() throws IOException {
+      TreeMap<Long, List<String>> out = new TreeMap<>();
+      try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir)) {
+        for (Path f : ds) {
+          String name = f.getFileName().toString();
+          String kind = name.endsWith(DELTA) ? DELTA : name.endsWith(SNAPSHOT) ? SNAPSHOT : null;
+          if (kind == null || name.startsWith(".")) {
+            continue;
+          }
+          long id;
+          try {
+            id = Long.parseLong(name.substring(0, name.length() - kind.length()));
+          } catch (NumberFormatException e) {
+            continue;
+          }
+          out.computeIfAbsent(id, k -> new ArrayList<>()).add(name);
+        }
+      } catch (NoSuchFileException e) {
+        return out;
+      }
+      return out;
+    }
+
+    private static DataOutputStream open(Path file, long batchId) throws IOException {
+      DataOutputStream s = new DataOutputStream(new BufferedOutputStream(Files.newOutputStream(file), 1 << 16));
+      s.writeInt(MAGIC);
+      s.writeInt(FORMAT);
+      s.writeLong(batchId);
+      return s;
+    }
+
+    private static void close(DataOutputStream s, long maxTs) throws IOException {
+      s.writeInt(-1);
+      s.writeLong(maxTs);
+      s.close();
+    }
+
+    private static boolean sameBytes(byte[] key, Object base, long offset, int size) {
+      return key.length == size && org.apache.spark.unsafe.array.ByteArrayMethods.arrayEquals(
+          key, Platform.BYTE_ARRAY_OFFSET, base, offset, size);
+    }
+  }
+}

@@ -1,0 +1,52 @@
+"""Exactly-once's dedupe, in the stage that reads each Kafka partition (no shuffle).
+
+The `decisions` topic is keyed by txn_id (the fraud job and every harness write it so), so all
+copies of a decision sit in one partition. Each batch's rows are counted, each txn_id once, in
+the task that reads its partition, against that partition's ids (the JVM class
+cardstream.state.PartitionDedupe, in the engine jar): a copy counts again only when its first
+copy's Kafka append time is more than DEDUPE_SECONDS older than the newest record the partition
+held before the batch. The ids live beside the query's checkpoint (`<checkpoint>/dedupe/<partition>/`),
+a delta file a batch and a snapshot every DEDUPE_SNAPSHOT_DELTAS deltas; a replayed batch finds the
+state the batch before it left. A record whose Kafka key is not its txn_id is counted and reported
+(`unkeyed`): its copies could sit in another partition.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.config import Settings
+
+log = logging.getLogger("usage")
+COLUMNS = ("partition", "key", "txn_id", "is_fraud", "kafka_ts")
+
+
+@dataclass(frozen=True)
+class Counted:
+    counted: int    # decisions counted (first copies)
+    fraud: int      # of them fraud
+    copies: int     # copies not counted again
+    ids: int        # ids the partitions' tables hold after the batch
+    unkeyed: int    # records whose Kafka key is not their txn_id
+
+
+def state_dir(checkpoint: Path) -> Path:
+    return Path(checkpoint) / "dedupe"
+
+
+def count(df, checkpoint: Path, batch_id: int, s: Settings) -> Counted:
+    """One batch of `df` (COLUMNS), each txn_id counted once: runs a Spark job on `df`'s session."""
+    jvm = df.sparkSession._jvm
+    out = jvm.cardstream.state.PartitionDedupe.count(df._jdf, str(state_dir(checkpoint)), int(batch_id),
+                                                     s.dedupe_seconds * 1000, s.dedupe_snapshot_deltas)
+    counted = Counted(*(int(x) for x in out))
+    if counted.unkeyed:
+        log.warning("%d decisions of batch %d are not keyed by their txn_id: a copy of one in another "
+                    "Kafka partition would be counted again", counted.unkeyed, batch_id)
+    return counted
+
+
+def unload_all(spark) -> None:
+    """Forget the loaded tables (the files stay): a bench between runs, a test between restarts."""
+    spark._jvm.cardstream.state.PartitionDedupe.unloadAll()

@@ -1,0 +1,97 @@
+"""Exactly-once's dedupe per Kafka partition (pipelines.usage.dedupe, the JVM class
+cardstream.state.PartitionDedupe) on the real session: batches shaped as the query hands them
+(partition, key, txn_id, is_fraud, kafka_ts), counted against the ids kept in files beside a
+checkpoint folder; "a restart" forgets the loaded tables so the next batch reads the files."""
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timezone
+
+import pytest
+from py4j.protocol import Py4JJavaError
+
+from pipelines.usage import dedupe
+
+T0 = 1_790_000_000_000  # ms
+
+
+@pytest.fixture
+def count(spark, settings, tmp_path):
+    """count(batch_id, rows, **settings) -> Counted; rows: (txn_id, fraud, ms after T0[, partition[, key]])."""
+    def run(batch_id: int, rows: list[tuple], tasks: int = 1, **over):
+        data = []
+        for r in rows:
+            txn, fraud, ms = r[:3]
+            partition = r[3] if len(r) > 3 else 0
+            key = r[4] if len(r) > 4 else txn.encode()
+            data.append((partition, key, txn, fraud, datetime.fromtimestamp((T0 + ms) / 1000, timezone.utc)))
+        df = spark.createDataFrame(data, "partition int, key binary, txn_id string, is_fraud boolean, kafka_ts timestamp")
+        df = df.repartition(tasks) if tasks > 1 else df.coalesce(1)
+        return dedupe.count(df, tmp_path / "checkpoint", batch_id, dataclasses.replace(settings, **over))
+
+    yield run
+    dedupe.unload_all(spark)
+
+
+def files(tmp_path, partition: int = 0) -> list[str]:
+    return sorted(p.name for p in (dedupe.state_dir(tmp_path / "checkpoint") / str(partition)).iterdir())
+
+
+def test_each_txn_id_counts_once_across_batches_and_restarts(spark, count):
+    c = count(0, [("a", False, 0), ("bf", True, 1), ("a", False, 2)])
+    assert (c.counted, c.fraud, c.copies, c.ids) == (2, 1, 1, 2)
+    c = count(1, [("bf", True, 3), ("c", False, 4)])
+    assert (c.counted, c.fraud, c.copies) == (1, 0, 1)
+    dedupe.unload_all(spark)  # a restart: the ids come back from the files
+    c = count(2, [("a", False, 5), ("c", False, 6), ("df", True, 7)])
+    assert (c.counted, c.fraud, c.copies, c.ids) == (1, 1, 2, 4)
+
+
+def test_a_replayed_batch_gives_the_answer_it_gave_first(spark, count):
+    count(0, [("a", False, 0), ("b", False, 1)])
+    first = count(1, [("b", False, 2), ("c", True, 3)])
+    assert (first.counted, first.fraud) == (1, 1)
+    # batch 1 again (its commit never made it): the state before it, not after it
+    assert count(1, [("b", False, 2), ("c", True, 3)]) == first
+    dedupe.unload_all(spark)
+    assert count(1, [("b", False, 2), ("c", True, 3)]) == first
+    assert count(2, [("c", True, 4)]).counted == 0
+
+
+def test_a_copy_counts_again_only_past_the_retention(count):
+    minute = 60_000
+    count(0, [("a", False, 0), ("b", False, 0)], dedupe_seconds=60)
+    # the newest record before batch 1 is at 0: both first copies are within 60 s of it
+    c = count(1, [("a", False, 2 * minute), ("z", False, 2 * minute)], dedupe_seconds=60)
+    assert (c.counted, c.copies) == (1, 1)
+    # now the newest is 2 min: "b" and "a" (first copies at 0) are past the retention, "z" is not
+    c = count(2, [("b", False, 2 * minute + 1), ("a", False, 2 * minute + 2), ("z", False, 2 * minute + 3)],
+              dedupe_seconds=60)
+    assert (c.counted, c.copies) == (2, 1)
+
+
+def test_copies_are_found_per_partition_and_a_record_keyed_otherwise_is_reported(count):
+    c = count(0, [("a", False, 0, 0), ("a", False, 1, 1), ("b", False, 2, 1, b"other"), ("b", False, 3, 1)])
+    # "a" sits in two partitions (its key would never put it there): counted in each, and the
+    # record of "b" keyed "other" is reported
+    assert (c.counted, c.copies, c.unkeyed) == (3, 1, 1)
+
+
+def test_snapshots_bound_the_files_and_rebuild_the_same_ids(spark, count, tmp_path):
+    for b in range(7):
+        c = count(b, [(f"id-{b}-{i}", i == 0, b * 10 + i) for i in range(3)], dedupe_snapshot_deltas=2)
+        assert c.counted == 3
+    # a snapshot every two deltas; what came before the previous snapshot is gone
+    assert files(tmp_path) == ["3.delta", "3.snapshot", "4.delta", "5.delta", "5.snapshot", "6.delta"]
+    dedupe.unload_all(spark)
+    c = count(7, [(f"id-{b}-{i}", False, 100 + b) for b in range(7) for i in range(3)], dedupe_snapshot_deltas=2)
+    assert (c.counted, c.copies, c.ids) == (0, 21, 21)
+
+
+def test_a_partition_split_over_two_tasks_is_refused_and_its_batch_can_run_again(count, tmp_path):
+    rows = [(f"id-{i}", False, i) for i in range(40)]
+    with pytest.raises(Py4JJavaError, match="came in more than one task of batch 0"):
+        count(0, rows, tasks=2)
+    assert files(tmp_path) == []
+    assert count(0, rows).counted == 40
+    assert files(tmp_path) == ["0.delta"]
