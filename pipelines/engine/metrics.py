@@ -21,6 +21,25 @@ from controlplane.store import connect
 from pipelines.engine.sources import DECISIONS_REJECTED
 
 log = logging.getLogger(__name__)
+_NOTED: dict[tuple[str, int], dict] = {}
+NOTED_FIELDS = ("state_rows", "state_memory_bytes", "watermark", "event_time_max")
+
+
+def note_state(query: str, batch_id: int, **figures) -> None:
+    """State a query keeps outside Spark's operators (exactly-once's dedupe: pipelines/usage/dedupe.py),
+    measured by its batch, for that batch's progress row (NOTED_FIELDS), which Spark posts after it."""
+    for key in [k for k in _NOTED if k[0] == query and k[1] < batch_id]:  # batches that never posted
+        del _NOTED[key]
+    _NOTED[(query, batch_id)] = {k: v for k, v in figures.items() if k in NOTED_FIELDS}
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """Epoch ms as Spark writes a progress's times (`2026-11-26T08:00:00.000Z`)."""
+    if ms is None:
+        return None
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def progress_row(progress, checkpoints: dict[str, str]) -> dict:
@@ -92,6 +111,7 @@ class ProgressRecorder(StreamingQueryListener):
     def onQueryProgress(self, event):
         try:
             row = progress_row(event.progress, self.checkpoints)
+            row.update(_NOTED.pop((row["query"], row["batch_id"]), {}))
             self._store()["batch_progress"].upsert(row, pk=("query", "batch_id", "ts"))
             rejected = rejected_row(event.progress, self.checkpoints, self.job)
             if rejected:  # a batch run again after a restart reports its rejects again: one row per batch

@@ -27,8 +27,14 @@ class Counted:
     counted: int    # decisions counted (first copies)
     fraud: int      # of them fraud
     copies: int     # copies not counted again
-    ids: int        # ids the partitions' tables hold after the batch
     unkeyed: int    # records whose Kafka key is not their txn_id
+    ids: int        # ids the partitions' tables hold after the batch (every partition seen)
+    bytes: int      # the memory those tables take
+    newest_us: int  # the newest Kafka append time they have seen (µs since the epoch)
+
+    def horizon_ms(self, s: Settings) -> int | None:
+        """Ids first seen before this are forgotten by the next batch of the newest partition."""
+        return None if self.newest_us < 0 else self.newest_us // 1000 - s.dedupe_seconds * 1000
 
 
 def state_dir(checkpoint: Path) -> Path:

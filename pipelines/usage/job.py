@@ -150,10 +150,15 @@ class UsageJob:
             says so, else aggregated as it is; an injected task failure fails a task of that job."""
             msg = f"task-failure injected into {name} batch {batch_id}"
             if policy.dedupes_input:
+                from pipelines.engine import metrics  # deferred with pyspark, as in `run`
+
                 if failing is not None:
                     df = df.withColumn("is_fraud", F.coalesce(F.raise_error(F.lit(msg)).cast("boolean"),
                                                               F.col("is_fraud")))
                 c = dedupe.count(df, checkpoint, batch_id, self.s)
+                newest = c.newest_us // 1000 if c.newest_us >= 0 else None
+                metrics.note_state(name, batch_id, state_rows=c.ids, state_memory_bytes=c.bytes,
+                                   watermark=metrics.iso_ms(c.horizon_ms(self.s)), event_time_max=metrics.iso_ms(newest))
                 return c.counted, c.fraud
             aggs = count_columns()
             if failing is not None:

@@ -37,7 +37,7 @@ def files(tmp_path, partition: int = 0) -> list[str]:
     return sorted(p.name for p in (dedupe.state_dir(tmp_path / "checkpoint") / str(partition)).iterdir())
 
 
-def test_each_txn_id_counts_once_across_batches_and_restarts(spark, count):
+def test_each_txn_id_counts_once_across_batches_and_restarts(spark, count, settings):
     c = count(0, [("a", False, 0), ("bf", True, 1), ("a", False, 2)])
     assert (c.counted, c.fraud, c.copies, c.ids) == (2, 1, 1, 2)
     c = count(1, [("bf", True, 3), ("c", False, 4)])
@@ -45,6 +45,10 @@ def test_each_txn_id_counts_once_across_batches_and_restarts(spark, count):
     dedupe.unload_all(spark)  # a restart: the ids come back from the files
     c = count(2, [("a", False, 5), ("c", False, 6), ("df", True, 7)])
     assert (c.counted, c.fraud, c.copies, c.ids) == (1, 1, 2, 4)
+    # the state's figures for the batch's progress row: every partition's ids, their memory, the newest time
+    c = count(3, [("e", False, 8, 1)])
+    assert (c.ids, c.newest_us) == (5, (T0 + 8) * 1000) and c.bytes > 0
+    assert c.horizon_ms(dataclasses.replace(settings, dedupe_seconds=60)) == T0 + 8 - 60_000
 
 
 def test_a_replayed_batch_gives_the_answer_it_gave_first(spark, count):

@@ -59,6 +59,9 @@ public final class PartitionDedupe {
   private static final String SNAPSHOT = ".snapshot";
   private static final long WAIT_MS = 60_000;
   private static final ConcurrentHashMap<String, Partition> LOADED = new ConcurrentHashMap<>();
+  /** Per state folder, each partition's last report {ids, bytes, newest Kafka time}: the state's
+   *  size over all partitions, those without rows in a batch included (kept on the driver). */
+  private static final ConcurrentHashMap<String, Map<Long, long[]>> REPORTED = new ConcurrentHashMap<>();
 
   private PartitionDedupe() {
   }
@@ -66,8 +69,9 @@ public final class PartitionDedupe {
   /**
    * Count batch `batchId` of `df` (columns partition int, key binary, txn_id string, is_fraud
    * boolean, kafka_ts timestamp), each txn_id once per Kafka partition within the retention.
-   * Returns {counted, fraud among them, copies not counted, ids held, records whose Kafka key is
-   * not their txn_id (their copies may sit in another partition)}.
+   * Returns {counted, fraud among them, copies not counted, records whose Kafka key is not their
+   * txn_id (their copies may sit in another partition), ids held, bytes they take, the newest
+   * Kafka time (µs; Long.MIN_VALUE before any)}: the last three over every partition reported.
    */
   public static long[] count(Dataset<Row> df, String dir, long batchId, long retentionMs, int snapshotEvery) {
     if (snapshotEvery < 1 || retentionMs < 0 || batchId < 0) {
@@ -79,8 +83,9 @@ public final class PartitionDedupe {
     FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, root, batchId, retention, snapshotEvery);
     List<long[]> parts = df.select("partition", "key", "txn_id", "is_fraud", "kafka_ts")
         .queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
-    long[] total = new long[5];
+    long[] total = new long[7];
     Map<Long, Integer> seen = new HashMap<>();
+    Map<Long, long[]> reported = REPORTED.computeIfAbsent(root, k -> new ConcurrentHashMap<>());
     for (long[] p : parts) {
       if (seen.merge(p[0], 1, Integer::sum) > 1) {
         // two tasks wrote the same partition's delta: neither holds the other's ids
@@ -89,9 +94,16 @@ public final class PartitionDedupe {
             + batchId + "; the dedupe needs each partition's records in one task (Spark's Kafka source reads them so "
             + "unless minPartitions or maxRecordsPerPartition splits them)");
       }
-      for (int i = 0; i < 5; i++) {
+      for (int i = 0; i < 4; i++) {
         total[i] += p[i + 1];
       }
+      reported.put(p[0], new long[] {p[5], p[6], p[7]});
+    }
+    total[6] = Long.MIN_VALUE;
+    for (long[] r : reported.values()) {
+      total[4] += r[0];
+      total[5] += r[1];
+      total[6] = Math.max(total[6], r[2]);
     }
     return total;
   }
@@ -99,6 +111,7 @@ public final class PartitionDedupe {
   /** Forget every loaded table (the files stay): a bench between runs, a test between "restarts". */
   public static void unloadAll() {
     LOADED.clear();
+    REPORTED.clear();
   }
 
   private static void drop(String root, int partition, long batchId) {
@@ -140,7 +153,8 @@ public final class PartitionDedupe {
       for (Map.Entry<Integer, Partition> e : open.entrySet()) {
         Partition p = e.getValue();
         p.commit(snapshotEvery);
-        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.table.size, p.unkeyed});
+        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.table.size, p.table.bytes(),
+            p.maxTs});
       }
       return out.iterator();
     } finally {
