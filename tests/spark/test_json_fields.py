@@ -100,7 +100,10 @@ PLAIN_EDGES = [' \t\r\n{ "s" : "x" , "i" :\n-7 }\n ', "{ }", '{"s":"x"} x', '{"s
                '{"s":"\x7f\u00e9\u4e2d"}', '{"x":"😀","s":"v😀"}', '{"s":"tab\there"}', '{"s":"x"}\n\t',
                '{"s":"' + "k" * 2000 + '"}', '{"' + "k" * 1500 + '":1,"s":"v"}', '{"i":' + "1" * 120 + "}",
                '{"x":' + "1" * 1200 + ',"s":"v"}', '{"é":1,"s":"v"}', '{"":1,"s":"v"}', '{"s":null,"b":null,"i":null}',
-               '{"s":true,"b":"true","i":"1","f":false}', "{\"s\":\"v\"", '{"s":"v"']
+               '{"s":true,"b":"true","i":"1","f":false}', "{\"s\":\"v\"", '{"s":"v"',
+               '{"f":12.50,"i":12.5,"s":0.5,"b":-0.0}', '{"f":100.0,"i":-12.99}', '{"f":0.001,"i":0.000000000000000001}',
+               '{"f":12345678901234567.5}', '{"f":1234567890123456789.5}', '{"f":48.85661,"i":2.35222}', '{"f":-0.00}',
+               '{"f":1.5e3}', '{"i":0.0000000000000000001}', '{"f":00.5}', '{"f":-.5}']
 
 
 def test_the_plain_object_scan_decides_as_try_parse_json_and_reads_the_same_values(spark):
@@ -125,9 +128,9 @@ def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder
     decision = json.dumps({"txn_id": "tx-1", "card_id": "c", "amount_cents": 1200, "score": 0.1, "is_fraud": False,
                            "explanation": json.dumps([{"feature": "amount", "share": 0.5}]), "s": "é", "i": -3},
                           ensure_ascii=False)
-    for doc in (decision, PLAIN_EDGES[0], "{ }", PLAIN_EDGES[8], '{"x":1.5e-7,"y":-0E+0,"i":2}'):
+    for doc in (decision, PLAIN_EDGES[0], "{ }", PLAIN_EDGES[8], '{"x":1.5e-7,"y":-0E+0,"i":2}', '{"f":-0.25}'):
         assert scan.plain(doc) is not None, doc
-    for doc in ('{"s":"a\\"b"}', '{"x":{"s":1}}', '{"i":1234567890123456789}', '{"f":-0.25}', '{"s":"a","s":"b"}',
+    for doc in ('{"s":"a\\"b"}', '{"x":{"s":1}}', '{"i":1234567890123456789}', '{"f":1.5e3}', '{"s":"a","s":"b"}',
                 '{"s":"x"} x', '{"é":1}', "[1]"):
         assert scan.plain(doc) is None, doc
 

@@ -140,7 +140,8 @@ public final class JsonFields implements UDF1<String, Row> {
    * null for anything else, which `parse` then decides. Plain: one object of unique names in
    * printable ASCII without escapes; values that are strings (escapes other than \\u allowed
    * outside the fields asked for), true, false, null or numbers; a field asked for holds a string
-   * without escapes, a boolean, null or an integer of at most 18 digits; whitespace only around
+   * without escapes, a boolean, null, an integer or a decimal (no exponent) of at most 18 digits;
+   * whitespace only around
    * the tokens and after the object. Jackson and the builder accept every such text and give
    * these values and types (tests/spark/test_json_fields.py compares them): why a record the
    * producers write costs a scan instead of a parse and a variant.
@@ -270,7 +271,8 @@ public final class JsonFields implements UDF1<String, Row> {
             return null;
           }
         }
-        if (i < n && (t.charAt(i) == 'e' || t.charAt(i) == 'E')) {
+        boolean exponent = i < n && (t.charAt(i) == 'e' || t.charAt(i) == 'E');
+        if (exponent) {
           i++;
           if (i < n && (t.charAt(i) == '+' || t.charAt(i) == '-')) {
             i++;
@@ -286,9 +288,33 @@ public final class JsonFields implements UDF1<String, Row> {
         if (i - vs > 100) {
           return null; // Jackson limits a number's length
         }
-        if (field >= 0) {
-          if (intEnd != i || intEnd - digits > 18) {
-            return null; // decimals, doubles, longs near the edges: the builder's types
+        if (field >= 0 && intEnd != i) {
+          // a decimal without exponent of up to 18 digits: the builder keeps it as a decimal,
+          // and schema_of_variant names it by its value without trailing zeros
+          if (exponent || i - vs > 20) {
+            return null;
+          }
+          BigDecimal d = new BigDecimal(t.substring(vs, i));
+          if (d.precision() > 18) {
+            return null;
+          }
+          BigDecimal named = d.stripTrailingZeros();
+          if (named.scale() < 0) {
+            named = named.setScale(0);
+          }
+          if (named.scale() > 18) {
+            return null;
+          }
+          out[slot] = decimalName(Math.max(named.precision(), named.scale()), named.scale());
+          if (kinds[field] == 'i') {
+            out[slot + 1] = d.doubleValue();
+            out[slot + 2] = d.setScale(0, RoundingMode.DOWN).longValueExact();
+          } else if (kinds[field] == 'f') {
+            out[slot + 1] = d.doubleValue();
+          }
+        } else if (field >= 0) {
+          if (intEnd - digits > 18) {
+            return null; // longs near the edges: the builder's types
           }
           long value = Long.parseLong(t, vs, i, 10);
           out[slot] = "BIGINT";
@@ -315,6 +341,18 @@ public final class JsonFields implements UDF1<String, Row> {
       }
       i = skipSpace(t, i + 1, n);
     }
+  }
+
+  private static final String[][] DECIMAL_NAMES = new String[19][19];
+
+  /** "DECIMAL(p,s)", as schema_of_variant spells it (kept: a record's numbers share a few). */
+  private static String decimalName(int precision, int scale) {
+    String name = DECIMAL_NAMES[precision][scale];
+    if (name == null) {
+      name = "DECIMAL(" + precision + "," + scale + ")";
+      DECIMAL_NAMES[precision][scale] = name;
+    }
+    return name;
   }
 
   private static int skipSpace(String t, int i, int n) {
