@@ -81,9 +81,10 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
 
 
 def json_fields_type(fields: dict[str, type]) -> T.StructType:
-    """What `json_fields` returns for `fields`: each one's JSON type `t_<name>`, then its value
-    as a string (`s_`), a boolean (`b_`), or a double (`d_`) and, for integers, a long (`l_`)."""
-    out = []
+    """What `json_fields` returns for `fields`: whether the JSON is an object (`is_object`), then
+    each field's JSON type `t_<name>` and its value as a string (`s_`), a boolean (`b_`), or a
+    double (`d_`) and, for integers, a long (`l_`)."""
+    out = [T.StructField("is_object", T.BooleanType())]
     for n, kind in fields.items():
         out.append(T.StructField(f"t_{n}", T.StringType()))
         if kind in _VALUE_PREFIX:
@@ -96,8 +97,8 @@ def json_fields_type(fields: dict[str, type]) -> T.StructType:
 
 
 def json_fields(spark: SparkSession, fields: dict[str, type]):
-    """A function of a JSON text column -> the struct `json_fields_type(fields)`, null when the text
-    is not JSON: the JVM function cardstream.parse.JsonFields (pipelines/engine/jvm), registered on
+    """A function of a JSON column (its UTF-8 bytes, or text) -> the struct `json_fields_type(fields)`,
+    null when it is not JSON: the JVM function cardstream.parse.JsonFields (pipelines/engine/jvm), registered on
     `spark` under a name of its fields and settings. The same answers as try_parse_json, then
     schema_of_variant and try_variant_get per field (parsed by Spark's own VariantBuilder with the
     session's variant settings), without a JsonFactory per record and the Literal and Cast objects
@@ -155,7 +156,7 @@ def time_reason(name: str, value: Column, d: Column, low: Column, high: Column) 
 
 
 def _envelope(kafka_df: DataFrame) -> DataFrame:
-    """Kafka rows -> size, UTF-8 validity, the bounded head of the payload and its text `_text`
+    """Kafka rows -> size, UTF-8 validity, the bounded head of the payload and its bytes `_json`
     (null unless its size and UTF-8 allow parsing it).
 
     `raw` is what a dead letter needs and no more: the first DEAD_LETTER_HEAD_BYTES bytes of the
@@ -173,7 +174,7 @@ def _envelope(kafka_df: DataFrame) -> DataFrame:
         F.col("timestamp").alias("kafka_ts"), "partition", "offset",
         (F.col("key") if "key" in kafka_df.columns else F.lit(None).cast("binary")).alias("key"),
         size.alias("_size"), utf8.alias("_utf8"), replay.alias("_replay"),
-        F.when(parse, text).alias("_text"))
+        F.when(parse, F.col("value")).alias("_json"))
 
 
 def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, high: Column,
@@ -185,7 +186,7 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     """
     c = F.col
     numbers = [n for n, k in fields.items() if k in (int, float)]
-    df = df.select("*", json_fields(df.sparkSession, fields)(c("_text")).alias("_f"))
+    df = df.select("*", json_fields(df.sparkSession, fields)(c("_json")).alias("_f"))
     df = df.select("*", *[c(f"_f.t_{n}").alias(f"_t_{n}") for n in fields])
     flags = []
     for n, kind in fields.items():
@@ -209,14 +210,14 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
             values.append(F.when(ok, c(f"_f.{_VALUE_PREFIX[kind]}_{n}")).alias(n))
     df = df.select("*", *values)
 
-    keys = F.json_object_keys(c("_text"))  # only evaluated for what is not JSON (`_f` null)
+    keys = F.json_object_keys(c("_json").cast("string"))  # only evaluated for what is not JSON (`_f` null)
     rule = (F.when(c("_size").isNull() | (c("_size") == 0), F.lit("empty payload"))
             .when(c("_size") > MAX_PAYLOAD_BYTES, F.lit("oversized payload"))
             .when(~c("_utf8"), F.lit("invalid UTF-8"))
             .when(c("_f").isNull() & keys.isNotNull() & (F.size(keys) != F.size(F.array_distinct(keys))),
                   F.lit("duplicate field"))
             .when(c("_f").isNull(), F.lit("malformed JSON"))
-            .when(~F.regexp_like(c("_text"), F.lit(r"^[ \t\r\n]*\{")), F.lit("not a JSON object")))
+            .when(~c("_f.is_object"), F.lit("not a JSON object")))
     for n in required:
         missing = c(f"_m_{n}")
         if n in PLACE_FIELDS and all(p in fields for p in PLACE_FIELDS):  # a place: both or neither

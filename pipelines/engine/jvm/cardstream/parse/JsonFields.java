@@ -42,7 +42,7 @@ import org.apache.spark.unsafe.types.VariantVal;
  * Kinds: {@code str}, {@code bool}, {@code int}, {@code float}; the Python side builds the
  * matching struct type (pipelines/engine/sources.py, {@code json_fields_type}).
  */
-public final class JsonFields implements UDF1<String, Row> {
+public final class JsonFields implements UDF1<Object, Row> {
   private static final long serialVersionUID = 1L;
   private static final double LONG_MAX = (double) Long.MAX_VALUE;
   private static final double LONG_MIN = (double) Long.MIN_VALUE;
@@ -78,7 +78,7 @@ public final class JsonFields implements UDF1<String, Row> {
         default: throw new IllegalArgumentException("unknown kind " + kinds[i] + " for " + names[i]);
       }
     }
-    this.width = w;
+    this.width = w + 1; // the root-is-an-object flag first
     this.nameBytes = new byte[names.length][];
     for (int i = 0; i < names.length; i++) {
       this.nameBytes[i] = names[i].getBytes(StandardCharsets.UTF_8);
@@ -101,18 +101,25 @@ public final class JsonFields implements UDF1<String, Row> {
   }
 
   @Override
-  public Row call(String text) {
-    Object[] plain = text == null ? null : plain(text);
+  public Row call(Object in) {
+    if (in == null) {
+      return null;
+    }
+    byte[] bytes = in instanceof byte[] ? (byte[]) in : ((String) in).getBytes(StandardCharsets.UTF_8);
+    Object[] plain = plain(bytes);
     if (plain != null) {
       return RowFactory.create(plain);
     }
-    Variant root = parse(text);
+    // as Spark hands a UDF its text: the bytes decoded as UTF-8
+    Variant root = parse(in instanceof String ? (String) in : new String(bytes, StandardCharsets.UTF_8));
     if (root == null) {
       return null;
     }
-    Variant[] found = root.getType() == VariantUtil.Type.OBJECT ? fields(root) : new Variant[names.length];
+    boolean object = root.getType() == VariantUtil.Type.OBJECT;
+    Variant[] found = object ? fields(root) : new Variant[names.length];
     Object[] out = new Object[width];
-    int k = 0;
+    out[0] = object;
+    int k = 1;
     for (int i = 0; i < names.length; i++) {
       Variant v = found[i];
       VariantUtil.Type type = v == null ? null : v.getType();
@@ -146,15 +153,16 @@ public final class JsonFields implements UDF1<String, Row> {
    * these values and types (tests/spark/test_json_fields.py compares them): why a record the
    * producers write costs a scan instead of a parse and a variant.
    */
-  public Object[] plain(String t) {
-    int n = t.length();
+  public Object[] plain(byte[] t) {
+    int n = t.length;
     int i = skipSpace(t, 0, n);
-    if (i >= n || t.charAt(i) != '{') {
+    if (i >= n || t[i] != '{') {
       return null;
     }
     Object[] out = new Object[width];
+    out[0] = true;
     i = skipSpace(t, i + 1, n);
-    if (i < n && t.charAt(i) == '}') {
+    if (i < n && t[i] == '}') {
       return skipSpace(t, i + 1, n) == n ? out : null;
     }
     int[] keyStart = new int[24];
@@ -162,14 +170,14 @@ public final class JsonFields implements UDF1<String, Row> {
     int[] keyHash = new int[24];
     int keys = 0;
     while (true) {
-      if (i >= n || t.charAt(i) != '"') {
+      if (i >= n || t[i] != '"') {
         return null;
       }
       int ks = ++i;
       int h = 0;
-      char c = 0;
-      while (i < n && (c = t.charAt(i)) != '"') {
-        if (c < 0x20 || c > 0x7E || c == '\\') {
+      int c = 0;
+      while (i < n && (c = t[i]) != '"') {
+        if (c < 0x20 || c > 0x7E || c == '\\') { // bytes are signed: anything non-ASCII is < 0
           return null;
         }
         h = 31 * h + c;
@@ -183,7 +191,7 @@ public final class JsonFields implements UDF1<String, Row> {
         return null; // Jackson limits a name's length
       }
       for (int j = 0; j < keys; j++) {
-        if (keyHash[j] == h && keyEnd[j] - keyStart[j] == ke - ks && t.regionMatches(keyStart[j], t, ks, ke - ks)) {
+        if (keyHash[j] == h && Arrays.equals(t, keyStart[j], keyEnd[j], t, ks, ke)) {
           return null; // a repeated name: the builder's setting decides
         }
       }
@@ -196,31 +204,31 @@ public final class JsonFields implements UDF1<String, Row> {
       keyEnd[keys] = ke;
       keyHash[keys++] = h;
       int field = -1;
-      int slot = 0;
-      for (int f = 0, k = 0; f < names.length; k += kinds[f] == 'i' ? 3 : 2, f++) {
-        if (names[f].length() == ke - ks && t.regionMatches(ks, names[f], 0, ke - ks)) {
+      int slot = 1;
+      for (int f = 0, k = 1; f < names.length; k += kinds[f] == 'i' ? 3 : 2, f++) {
+        if (Arrays.equals(t, ks, ke, nameBytes[f], 0, nameBytes[f].length)) {
           field = f;
           slot = k;
           break;
         }
       }
       i = skipSpace(t, i, n);
-      if (i >= n || t.charAt(i) != ':') {
+      if (i >= n || t[i] != ':') {
         return null;
       }
       i = skipSpace(t, i + 1, n);
       if (i >= n) {
         return null;
       }
-      c = t.charAt(i);
+      c = t[i];
       int vs = i;
       if (c == '"') {
-        for (i++; i < n && (c = t.charAt(i)) != '"'; i++) {
-          if (c < 0x20 || Character.isSurrogate(c)) {
+        for (i++; i < n && (c = t[i]) != '"'; i++) {
+          if (c >= 0 && c < 0x20) {
             return null;
           }
           if (c == '\\') {
-            if (field >= 0 || i + 1 >= n || "\"\\/bfnrt".indexOf(t.charAt(i + 1)) < 0) {
+            if (field >= 0 || i + 1 >= n || ESCAPES.indexOf(t[i + 1]) < 0) {
               return null;
             }
             i++;
@@ -233,15 +241,15 @@ public final class JsonFields implements UDF1<String, Row> {
         if (field >= 0) {
           out[slot] = "STRING";
           if (kinds[field] == 's') {
-            out[slot + 1] = t.substring(vs + 1, i - 1);
+            out[slot + 1] = new String(t, vs + 1, i - vs - 2, StandardCharsets.UTF_8);
           }
         }
       } else if (c == 't' || c == 'f' || c == 'n') {
-        String word = c == 't' ? "true" : c == 'f' ? "false" : "null";
-        if (!t.startsWith(word, i)) {
+        byte[] word = c == 't' ? TRUE : c == 'f' ? FALSE : NULL;
+        if (i + word.length > n || !Arrays.equals(t, i, i + word.length, word, 0, word.length)) {
           return null;
         }
-        i += word.length();
+        i += word.length;
         if (field >= 0) {
           out[slot] = c == 'n' ? "VOID" : "BOOLEAN";
           if (c != 'n' && kinds[field] == 'b') {
@@ -251,10 +259,10 @@ public final class JsonFields implements UDF1<String, Row> {
       } else if (c == '-' || (c >= '0' && c <= '9')) {
         int digits = i + (c == '-' ? 1 : 0);
         i = digits;
-        if (i < n && t.charAt(i) == '0') {
+        if (i < n && t[i] == '0') {
           i++;
         } else {
-          while (i < n && (c = t.charAt(i)) >= '0' && c <= '9') {
+          while (i < n && (c = t[i]) >= '0' && c <= '9') {
             i++;
           }
           if (i == digits) {
@@ -262,23 +270,23 @@ public final class JsonFields implements UDF1<String, Row> {
           }
         }
         int intEnd = i;
-        if (i < n && t.charAt(i) == '.') {
+        if (i < n && t[i] == '.') {
           int from = ++i;
-          while (i < n && (c = t.charAt(i)) >= '0' && c <= '9') {
+          while (i < n && (c = t[i]) >= '0' && c <= '9') {
             i++;
           }
           if (i == from) {
             return null;
           }
         }
-        boolean exponent = i < n && (t.charAt(i) == 'e' || t.charAt(i) == 'E');
+        boolean exponent = i < n && (t[i] == 'e' || t[i] == 'E');
         if (exponent) {
           i++;
-          if (i < n && (t.charAt(i) == '+' || t.charAt(i) == '-')) {
+          if (i < n && (t[i] == '+' || t[i] == '-')) {
             i++;
           }
           int from = i;
-          while (i < n && (c = t.charAt(i)) >= '0' && c <= '9') {
+          while (i < n && (c = t[i]) >= '0' && c <= '9') {
             i++;
           }
           if (i == from) {
@@ -294,7 +302,7 @@ public final class JsonFields implements UDF1<String, Row> {
           if (exponent || i - vs > 20) {
             return null;
           }
-          BigDecimal d = new BigDecimal(t.substring(vs, i));
+          BigDecimal d = new BigDecimal(new String(t, vs, i - vs, StandardCharsets.ISO_8859_1));
           if (d.precision() > 18) {
             return null;
           }
@@ -316,7 +324,13 @@ public final class JsonFields implements UDF1<String, Row> {
           if (intEnd - digits > 18) {
             return null; // longs near the edges: the builder's types
           }
-          long value = Long.parseLong(t, vs, i, 10);
+          long value = 0;
+          for (int j = digits; j < intEnd; j++) {
+            value = value * 10 + (t[j] - '0');
+          }
+          if (digits != vs) {
+            value = -value;
+          }
           out[slot] = "BIGINT";
           if (kinds[field] == 'i') {
             out[slot + 1] = (double) value;
@@ -332,7 +346,7 @@ public final class JsonFields implements UDF1<String, Row> {
       if (i >= n) {
         return null;
       }
-      c = t.charAt(i);
+      c = t[i];
       if (c == '}') {
         return skipSpace(t, i + 1, n) == n ? out : null;
       }
@@ -342,6 +356,11 @@ public final class JsonFields implements UDF1<String, Row> {
       i = skipSpace(t, i + 1, n);
     }
   }
+
+  private static final String ESCAPES = "\"\\/bfnrt";
+  private static final byte[] TRUE = "true".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] FALSE = "false".getBytes(StandardCharsets.US_ASCII);
+  private static final byte[] NULL = "null".getBytes(StandardCharsets.US_ASCII);
 
   private static final String[][] DECIMAL_NAMES = new String[19][19];
 
@@ -355,9 +374,9 @@ public final class JsonFields implements UDF1<String, Row> {
     return name;
   }
 
-  private static int skipSpace(String t, int i, int n) {
+  private static int skipSpace(byte[] t, int i, int n) {
     while (i < n) {
-      char c = t.charAt(i);
+      byte c = t[i];
       if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
         break;
       }

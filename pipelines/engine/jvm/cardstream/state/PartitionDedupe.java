@@ -1,9 +1,7 @@
 package cardstream.state;
 
 import java.io.BufferedInputStream;
-import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
-import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -24,8 +22,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
@@ -181,7 +181,7 @@ public final class PartitionDedupe {
     long batchMaxTs;
     long counted, fraud, copies, unkeyed;
     Path tmp;
-    DataOutputStream out;
+    Out out;
     private final byte[] value = new byte[8];
 
     Partition(Path dir) {
@@ -242,7 +242,7 @@ public final class PartitionDedupe {
       Object base = id.getBaseObject();
       long offset = id.getBaseOffset();
       int size = id.numBytes();
-      if (row.isNullAt(1) || !sameBytes(row.getBinary(1), base, offset, size)) {
+      if (!keyed(row, base, offset, size)) {
         unkeyed++;
       }
       long ref = table.get(base, offset, size);
@@ -257,13 +257,9 @@ public final class PartitionDedupe {
         Platform.putLong(value, Platform.BYTE_ARRAY_OFFSET, seen);
         table.put(table.append(base, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
       }
-      out.writeInt(size);
-      if (base instanceof byte[]) {
-        out.write((byte[]) base, (int) (offset - Platform.BYTE_ARRAY_OFFSET), size);
-      } else {
-        out.write(id.getBytes());
-      }
-      out.writeLong(seen);
+      out.putInt(size);
+      out.put(base, offset, size);
+      out.putLong(seen);
       counted++;
       if (!row.isNullAt(3) && row.getBoolean(3)) {
         fraud++;
@@ -314,12 +310,12 @@ public final class PartitionDedupe {
         table = table.compacted();
       }
       Path t = dir.resolve("." + batchId + SNAPSHOT + ".tmp");
-      DataOutputStream s = open(t, batchId);
+      Out s = open(t, batchId);
       for (long ref = table.next(0); ref != 0; ref = table.next(ref)) {
         int size = table.keySizeOf(ref);
-        s.writeInt(size);
-        s.write(table.slabOfRef(ref), InPlaceStateStoreProvider.Table.keyOffsetOf(ref), size);
-        s.writeLong(table.valueLong(ref));
+        s.putInt(size);
+        s.put(table.slabOfRef(ref), Platform.BYTE_ARRAY_OFFSET + InPlaceStateStoreProvider.Table.keyOffsetOf(ref), size);
+        s.putLong(table.valueLong(ref));
       }
       close(s, maxTs);
       Files.move(t, dir.resolve(batchId + SNAPSHOT), StandardCopyOption.ATOMIC_MOVE,
@@ -425,23 +421,92 @@ public final class PartitionDedupe {
       return out;
     }
 
-    private static DataOutputStream open(Path file, long batchId) throws IOException {
-      DataOutputStream s = new DataOutputStream(new BufferedOutputStream(Files.newOutputStream(file), 1 << 16));
-      s.writeInt(MAGIC);
-      s.writeInt(FORMAT);
-      s.writeLong(batchId);
+    private static Out open(Path file, long batchId) throws IOException {
+      Out s = new Out(Files.newOutputStream(file));
+      s.putInt(MAGIC);
+      s.putInt(FORMAT);
+      s.putLong(batchId);
       return s;
     }
 
-    private static void close(DataOutputStream s, long maxTs) throws IOException {
-      s.writeInt(-1);
-      s.writeLong(maxTs);
+    private static void close(Out s, long maxTs) throws IOException {
+      s.putInt(-1);
+      s.putLong(maxTs);
       s.close();
     }
 
-    private static boolean sameBytes(byte[] key, Object base, long offset, int size) {
-      return key.length == size && org.apache.spark.unsafe.array.ByteArrayMethods.arrayEquals(
-          key, Platform.BYTE_ARRAY_OFFSET, base, offset, size);
+    /** The record's Kafka key is its txn_id (compared in place in the row's bytes when it can be). */
+    private static boolean keyed(InternalRow row, Object base, long offset, int size) {
+      if (row.isNullAt(1)) {
+        return false;
+      }
+      if (row instanceof UnsafeRow) {
+        UnsafeRow u = (UnsafeRow) row;
+        long offsetAndSize = u.getLong(1);
+        return (int) offsetAndSize == size && ByteArrayMethods.arrayEquals(
+            u.getBaseObject(), u.getBaseOffset() + (offsetAndSize >>> 32), base, offset, size);
+      }
+      byte[] key = row.getBinary(1);
+      return key.length == size && ByteArrayMethods.arrayEquals(key, Platform.BYTE_ARRAY_OFFSET, base, offset, size);
+    }
+  }
+
+  /** A file's bytes, big-endian as DataInputStream reads them, through one buffer with no lock per
+   *  write (DataOutputStream over BufferedOutputStream takes one per byte of an int). */
+  static final class Out implements java.io.Closeable {
+    private final java.io.OutputStream out;
+    private final byte[] buf = new byte[1 << 16];
+    private int n;
+
+    Out(java.io.OutputStream out) {
+      this.out = out;
+    }
+
+    void putInt(int v) throws IOException {
+      room(4);
+      buf[n] = (byte) (v >>> 24);
+      buf[n + 1] = (byte) (v >>> 16);
+      buf[n + 2] = (byte) (v >>> 8);
+      buf[n + 3] = (byte) v;
+      n += 4;
+    }
+
+    void putLong(long v) throws IOException {
+      putInt((int) (v >>> 32));
+      putInt((int) v);
+    }
+
+    void put(Object base, long offset, int size) throws IOException {
+      if (size > buf.length) {
+        flush();
+        byte[] big = new byte[size];
+        Platform.copyMemory(base, offset, big, Platform.BYTE_ARRAY_OFFSET, size);
+        out.write(big);
+        return;
+      }
+      room(size);
+      Platform.copyMemory(base, offset, buf, Platform.BYTE_ARRAY_OFFSET + n, size);
+      n += size;
+    }
+
+    private void room(int size) throws IOException {
+      if (n + size > buf.length) {
+        flush();
+      }
+    }
+
+    private void flush() throws IOException {
+      out.write(buf, 0, n);
+      n = 0;
+    }
+
+    @Override
+    public void close() throws IOException {
+      try {
+        flush();
+      } finally {
+        out.close();
+      }
     }
   }
 }
