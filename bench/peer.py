@@ -6,7 +6,8 @@ the Spark job has to beat it clearly to earn its JVM.
 Both engines do the same SystemUsage count with the same guarantee, one after the other, in one
 run, on the same data:
 - ours: the usage job's exactly-once query (pipelines.usage.job.UsageJob.start_query, as
-  bench/throughput.py drives it): JVM JSON parsing, dropDuplicatesWithinWatermark on txn_id (the job's state store), count and
+  bench/throughput.py drives it): JVM JSON parsing, each txn_id counted once per Kafka partition in the
+  stage that reads it (pipelines/usage/dedupe.py, its ids in files beside the checkpoint), count and
   fraud sum per micro-batch, results + the batch's sink-ledger record in one SQLite transaction. Trigger every
   `--commit-seconds` (1 s), Quix's commit interval (not the job's USAGE_TRIGGER_SECONDS, 5 s, which it ran at by
   mistake once the job's trigger became 5 s in 65791db: a backlog's last small batch waited for it), maxOffsetsPerTrigger as

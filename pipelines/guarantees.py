@@ -11,7 +11,7 @@ the code branches on a guarantee's name.
 - at-least-once: durable checkpoint, starts from the earliest offsets; the increment is applied
   before Spark commits the batch; a failed write fails the batch, which is replayed, and a replay
   after a crash counts its batch twice.
-- exactly-once: durable checkpoint, input deduplicated by txn_id within the watermark; the
+- exactly-once: durable checkpoint, input deduplicated by txn_id within DEDUPE_SECONDS; the
   increment and the batch's ledger record land in ONE SQLite transaction, and a batch already
   applied under this checkpoint is skipped, so a replay has no second effect.
 
@@ -102,7 +102,7 @@ class Guarantee:
     name: str
     keeps_checkpoint: bool     # False: the checkpoint is deleted at every start
     starting_offsets: str      # where a fresh checkpoint starts reading
-    dedupes_input: bool        # dropDuplicatesWithinWatermark by txn_id before counting
+    dedupes_input: bool        # each txn_id counted once (pipelines.usage.dedupe, per Kafka partition)
     drops_failed_batches: bool  # True: a failed write or batch is dropped; False: the batch fails
     skips_applied: bool        # True: a batch id already applied under this checkpoint is skipped
     sentence: str
@@ -167,7 +167,7 @@ POLICIES: dict[str, Guarantee] = {g.name: g for g in (
     Guarantee(EXACTLY_ONCE, keeps_checkpoint=True, starting_offsets="earliest", dedupes_input=True,
               drops_failed_batches=False, skips_applied=True,
               sentence="durable checkpoint; results and batch id in one SQLite transaction, a batch "
-                       "already applied is skipped; input deduplicated by txn_id within the watermark"),
+                       "already applied is skipped; input deduplicated by txn_id within DEDUPE_SECONDS"),
 )}
 assert tuple(POLICIES) == GUARANTEES, "one policy per guarantee of the contract"
 

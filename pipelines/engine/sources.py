@@ -7,10 +7,11 @@ transaction comes out either valid (`dlq_reason` null) or with the reason it bre
 it; nothing invalid reaches `timestamp_millis`, state, windows or watermarks.
 
 How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes;
-`json_fields` (the Java function cardstream.parse.JsonFields) parses the text as `try_parse_json`
-does, with Spark's own VariantBuilder (never raises: null for anything that is not JSON, nested
-too deep, or has a duplicate name), and gives each field's JSON type, as `schema_of_variant`
-names it, and its value, as `try_variant_get` reads it, so a number where a string id belongs, or a
+`json_fields` (the Java function cardstream.parse.JsonFields) reads the bytes as `try_parse_json`
+reads the text (never raises: null for anything that is not JSON, nested too deep, or has a
+duplicate name): a plain flat object, as producers write them, by a scan of its bytes, anything
+else by Spark's own VariantBuilder; and gives each field's JSON type, as `schema_of_variant` names
+it, and its value, as `try_variant_get` reads it, so a number where a string id belongs, or a
 string where a number belongs, is told apart. (Those expressions gave the same answers for
 several µs more CPU a record, bench/RESULTS.md#throughput: `try_parse_json` makes a JsonFactory per
 record, and Spark's variant cast builds a Literal and a Cast for every value it converts.)
@@ -26,8 +27,6 @@ headers) has its own event-time rule and may have a zero amount; a transaction w
 (lat and lon both absent) is valid (infra/contracts.py states both).
 """
 from __future__ import annotations
-
-import hashlib
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -97,16 +96,15 @@ def json_fields_type(fields: dict[str, type]) -> T.StructType:
 
 
 def json_fields(spark: SparkSession, fields: dict[str, type]):
-    """A function of a JSON column (its UTF-8 bytes, or text) -> the struct `json_fields_type(fields)`,
-    null when it is not JSON: the JVM function cardstream.parse.JsonFields (pipelines/engine/jvm), registered on
-    `spark` under a name of its fields and settings. The same answers as try_parse_json, then
-    schema_of_variant and try_variant_get per field (parsed by Spark's own VariantBuilder with the
-    session's variant settings), without a JsonFactory per record and the Literal and Cast objects
-    Spark's variant cast makes for every value it converts."""
+    """A function of a JSON column (its UTF-8 bytes) -> the struct `json_fields_type(fields)`, null
+    when it is not JSON: the JVM expression cardstream.parse.JsonFieldsExpression over
+    cardstream.parse.JsonFields (pipelines/engine/jvm), with the session's variant settings. The
+    same answers as try_parse_json, then schema_of_variant and try_variant_get per field (a plain
+    flat object read by a scan of its bytes, anything else parsed by Spark's own VariantBuilder),
+    without a JsonFactory per record, the Literal and Cast objects Spark's variant cast makes for
+    every value it converts, or a Java UDF's conversion of its input and result."""
     duplicates, unicode = (spark.conf.get(f"spark.sql.variant.{k}").lower() == "true"
                            for k in ("allowDuplicateKeys", "validateUnicodeInJsonParsing"))
-    spec = ",".join(f"{n}:{_KINDS[k]}" for n, k in fields.items()) + f";{duplicates};{unicode}"
-    name = "cardstream_fields_" + hashlib.sha1(spec.encode()).hexdigest()[:12]
     gateway, jvm = spark.sparkContext._gateway, spark._jvm
 
     def strings(values: list[str]):
@@ -117,9 +115,17 @@ def json_fields(spark: SparkSession, fields: dict[str, type]):
 
     function = jvm.cardstream.parse.JsonFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]),
                                                duplicates, unicode)
-    spark._jsparkSession.udf().register(name, function,
-                                        spark._jsparkSession.parseDataType(json_fields_type(fields).json()))
-    return lambda column: F.call_function(name, column)
+    struct = spark._jsparkSession.parseDataType(json_fields_type(fields).json())
+    exprs = jvm.org.apache.spark.sql.classic.ExpressionUtils
+
+    def call(column: Column) -> Column:
+        from pyspark.sql.classic.column import Column as ClassicColumn
+
+        binary = column.cast("binary")  # bytes stay bytes; a text becomes its UTF-8 bytes
+        return ClassicColumn(exprs.column(jvm.cardstream.parse.JsonFieldsExpression(
+            exprs.expression(binary._jc), function, struct)))
+
+    return call
 
 
 # ------------------------------------------------------------------ the contract as expressions

@@ -6,7 +6,8 @@
 All queries read the Kafka `decisions` topic (read_committed) side by side in one Spark
 application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
 and its own row in `usage_counts`. Each micro-batch is aggregated in the JVM (count,
-sum(is_fraud)); only those two numbers reach the driver, where the guarantee's policy object
+sum(is_fraud); exactly-once counts each txn_id once in the same stage, per Kafka partition:
+`pipelines.usage.dedupe`); only those two numbers reach the driver, where the guarantee's policy object
 (`pipelines.guarantees`) decides what the sink does with them. Every batch the sink is handed
 goes into the sink ledger with its Kafka offset range from Spark's offset log, which is what the
 auditor checks the counts against.
@@ -287,12 +288,12 @@ class UsageJob:
 def spark_conf(s: Settings) -> dict[str, str]:
     """The usage application's own Spark settings (the job's and the benches' sessions alike).
 
-    No empty batches just to move a watermark: the sinks need no eviction output. The dedupe's
-    state in USAGE_STATE_STORE, by default the in-place store (pipelines/engine/jvm): the dedupe
-    keeps one small row per txn_id for DEDUPE_SECONDS; Spark's in-memory store copies all of them
-    every batch and RocksDB's JNI get and put per row cost more than the job's whole parse and count
-    (bench/RESULTS.md#throughput). The fraud job stays on RocksDB (transformWithState needs it); a
-    checkpoint keeps the store it was created with.
+    No empty batches just to move a watermark: the sinks need no eviction output. The windows
+    query's state in USAGE_STATE_STORE, by default the in-place store (pipelines/engine/jvm): Spark's
+    in-memory store copies all of it every batch and RocksDB's JNI get and put per row cost more
+    than the rest (bench/RESULTS.md#throughput). Exactly-once's dedupe keeps its ids itself
+    (`dedupe`), without a Spark state store. The fraud job stays on RocksDB (transformWithState
+    needs it); a checkpoint keeps the store it was created with.
     """
     return {"spark.sql.streaming.noDataMicroBatches.enabled": "false",
             "spark.sql.streaming.stateStore.providerClass": STATE_STORES[s.usage_state_store]}

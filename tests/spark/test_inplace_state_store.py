@@ -1,10 +1,11 @@
-"""The in-place state store (pipelines/engine/jvm/cardstream/state): the usage job's dedupe state.
+"""The in-place state store (pipelines/engine/jvm/cardstream/state): the usage windows' state
+(USAGE_STATE_STORE), and the table exactly-once's dedupe keeps its ids in.
 
 Driven through Spark's own StateStoreProvider API on the session's JVM, with real files in a
 scratch checkpoint folder: what each version holds must be what a fresh provider rebuilds from
 the files (deltas, snapshots), an aborted batch must leave nothing behind in memory or on disk,
 and a watermark's eviction (removing while iterating) must remove exactly the expired keys.
-The same rows as the dedupe operator keeps: a txn_id key, an expiresAtMicros value.
+The same rows as Spark's dedupe operator keeps: a txn_id key, an expiresAtMicros value.
 """
 from __future__ import annotations
 

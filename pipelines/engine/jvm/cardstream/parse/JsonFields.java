@@ -11,10 +11,13 @@ import com.fasterxml.jackson.core.JsonParser;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.variant.SchemaOfVariant;
 import org.apache.spark.types.variant.Variant;
 import org.apache.spark.types.variant.VariantBuilder;
 import org.apache.spark.types.variant.VariantUtil;
+import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.unsafe.types.VariantVal;
 
 /**
@@ -26,11 +29,14 @@ import org.apache.spark.unsafe.types.VariantVal;
  * variant_get, schema_of_variant and try_variant_get. try_parse_json makes a new JsonFactory for
  * every record (a fresh symbol table: each field name hashed, interned and added again), and
  * Spark's variant cast builds a Literal and a Cast expression for every scalar it converts:
- * together most of the usage job's CPU. This parses with Spark's own VariantBuilder (so what is
- * valid JSON is decided by the same code, with the session's duplicate-key and Unicode settings)
- * through one shared factory, and gives the same answers as those expressions:
+ * together most of the usage job's CPU. This reads a plain flat object (`plain`: what producers
+ * write) by one scan of its UTF-8 bytes, and anything else with Spark's own VariantBuilder (so what
+ * is valid JSON is decided by the same code, with the session's duplicate-key and Unicode settings)
+ * through one shared factory; the input is the record's bytes (or its text), and the answers are
+ * those expressions':
  *
  * <ul>
+ *   <li>{@code is_object}: the JSON is an object;
  *   <li>{@code t_<name>}: schema_of_variant of the field (null when absent, VOID for a JSON null);
  *   <li>a string field: {@code s_<name>}, its value when it is a JSON string;
  *   <li>a boolean field: {@code b_<name>}, its value when it is a JSON boolean;
@@ -106,12 +112,35 @@ public final class JsonFields implements UDF1<Object, Row> {
       return null;
     }
     byte[] bytes = in instanceof byte[] ? (byte[]) in : ((String) in).getBytes(StandardCharsets.UTF_8);
-    Object[] plain = plain(bytes);
-    if (plain != null) {
-      return RowFactory.create(plain);
+    Object[] out = plain(bytes, false);
+    if (out == null) {
+      out = built(in instanceof String ? (String) in : new String(bytes, StandardCharsets.UTF_8));
     }
-    // as Spark hands a UDF its text: the bytes decoded as UTF-8
-    Variant root = parse(in instanceof String ? (String) in : new String(bytes, StandardCharsets.UTF_8));
+    return out == null ? null : RowFactory.create(out);
+  }
+
+  /** The same answers as `call` for a record's bytes, as Spark holds them in a row (UTF8String
+   *  for text): what JsonFieldsExpression returns, with no conversion of a Row per record. */
+  public InternalRow internal(byte[] bytes) {
+    Object[] out = plain(bytes, true);
+    if (out == null) {
+      // as Spark decodes a text: the bytes as UTF-8
+      out = built(new String(bytes, StandardCharsets.UTF_8));
+      if (out == null) {
+        return null;
+      }
+      for (int i = 0; i < out.length; i++) {
+        if (out[i] instanceof String) {
+          out[i] = UTF8String.fromString((String) out[i]);
+        }
+      }
+    }
+    return new GenericInternalRow(out);
+  }
+
+  /** The answers from the variant Spark's builder makes of the text (null when it is not JSON). */
+  private Object[] built(String text) {
+    Variant root = parse(text);
     if (root == null) {
       return null;
     }
@@ -139,21 +168,26 @@ public final class JsonFields implements UDF1<Object, Row> {
           out[k++] = asDouble(v, type);
       }
     }
-    return RowFactory.create(out);
+    return out;
   }
 
   /**
-   * The fields of a plain flat object read straight from the text, without building a variant;
+   * The fields of a plain flat object read straight from its bytes, without building a variant;
    * null for anything else, which `parse` then decides. Plain: one object of unique names in
    * printable ASCII without escapes; values that are strings (escapes other than \\u allowed
    * outside the fields asked for), true, false, null or numbers; a field asked for holds a string
    * without escapes, a boolean, null, an integer or a decimal (no exponent) of at most 18 digits;
-   * whitespace only around
-   * the tokens and after the object. Jackson and the builder accept every such text and give
-   * these values and types (tests/spark/test_json_fields.py compares them): why a record the
-   * producers write costs a scan instead of a parse and a variant.
+   * whitespace only around the tokens and after the object. Jackson and the builder accept every
+   * such text and give these values and types (tests/spark/test_json_fields.py compares them); a
+   * value's bytes are decoded as Spark decodes a UTF-8 text. Why: a record the producers write
+   * costs a scan instead of a parse and a variant.
    */
   public Object[] plain(byte[] t) {
+    return plain(t, false);
+  }
+
+  /** `plain`, its text as Java Strings or (`internal`) as Spark's UTF8String. */
+  Object[] plain(byte[] t, boolean internal) {
     int n = t.length;
     int i = skipSpace(t, 0, n);
     if (i >= n || t[i] != '{') {
@@ -239,9 +273,10 @@ public final class JsonFields implements UDF1<Object, Row> {
         }
         i++;
         if (field >= 0) {
-          out[slot] = "STRING";
+          out[slot] = internal ? U_STRING : "STRING";
           if (kinds[field] == 's') {
-            out[slot + 1] = new String(t, vs + 1, i - vs - 2, StandardCharsets.UTF_8);
+            out[slot + 1] = internal ? UTF8String.fromBytes(Arrays.copyOfRange(t, vs + 1, i - 1))
+                : new String(t, vs + 1, i - vs - 2, StandardCharsets.UTF_8);
           }
         }
       } else if (c == 't' || c == 'f' || c == 'n') {
@@ -251,7 +286,7 @@ public final class JsonFields implements UDF1<Object, Row> {
         }
         i += word.length;
         if (field >= 0) {
-          out[slot] = c == 'n' ? "VOID" : "BOOLEAN";
+          out[slot] = c == 'n' ? (internal ? U_VOID : "VOID") : (internal ? U_BOOLEAN : "BOOLEAN");
           if (c != 'n' && kinds[field] == 'b') {
             out[slot + 1] = c == 't';
           }
@@ -313,7 +348,7 @@ public final class JsonFields implements UDF1<Object, Row> {
           if (named.scale() > 18) {
             return null;
           }
-          out[slot] = decimalName(Math.max(named.precision(), named.scale()), named.scale());
+          out[slot] = decimalName(Math.max(named.precision(), named.scale()), named.scale(), internal);
           if (kinds[field] == 'i') {
             out[slot + 1] = d.doubleValue();
             out[slot + 2] = d.setScale(0, RoundingMode.DOWN).longValueExact();
@@ -331,7 +366,7 @@ public final class JsonFields implements UDF1<Object, Row> {
           if (digits != vs) {
             value = -value;
           }
-          out[slot] = "BIGINT";
+          out[slot] = internal ? U_BIGINT : "BIGINT";
           if (kinds[field] == 'i') {
             out[slot + 1] = (double) value;
             out[slot + 2] = value;
@@ -362,16 +397,29 @@ public final class JsonFields implements UDF1<Object, Row> {
   private static final byte[] FALSE = "false".getBytes(StandardCharsets.US_ASCII);
   private static final byte[] NULL = "null".getBytes(StandardCharsets.US_ASCII);
 
+  private static final UTF8String U_STRING = UTF8String.fromString("STRING");
+  private static final UTF8String U_VOID = UTF8String.fromString("VOID");
+  private static final UTF8String U_BOOLEAN = UTF8String.fromString("BOOLEAN");
+  private static final UTF8String U_BIGINT = UTF8String.fromString("BIGINT");
   private static final String[][] DECIMAL_NAMES = new String[19][19];
+  private static final UTF8String[][] U_DECIMAL_NAMES = new UTF8String[19][19];
 
   /** "DECIMAL(p,s)", as schema_of_variant spells it (kept: a record's numbers share a few). */
-  private static String decimalName(int precision, int scale) {
+  private static Object decimalName(int precision, int scale, boolean internal) {
     String name = DECIMAL_NAMES[precision][scale];
-    if (name == null) {
+    if (name == null) { // a benign race: every thread makes the same value
       name = "DECIMAL(" + precision + "," + scale + ")";
       DECIMAL_NAMES[precision][scale] = name;
     }
-    return name;
+    if (!internal) {
+      return name;
+    }
+    UTF8String u = U_DECIMAL_NAMES[precision][scale];
+    if (u == null) {
+      u = UTF8String.fromString(name);
+      U_DECIMAL_NAMES[precision][scale] = u;
+    }
+    return u;
   }
 
   private static int skipSpace(byte[] t, int i, int n) {
