@@ -99,3 +99,13 @@ def test_a_partition_split_over_two_tasks_is_refused_and_its_batch_can_run_again
     assert files(tmp_path) == []
     assert count(0, rows).counted == 40
     assert files(tmp_path) == ["0.delta"]
+
+
+def test_a_cut_short_file_is_named_and_never_leaves_its_partition_locked(spark, count, tmp_path):
+    count(0, [("a", False, 0), ("b", False, 1)])
+    delta = dedupe.state_dir(tmp_path / "checkpoint") / "0" / "0.delta"
+    delta.write_bytes(delta.read_bytes()[:-5])
+    dedupe.unload_all(spark)  # a restart: the ids must come back from the files
+    for _ in range(2):  # the second attempt meets the same file, not a partition still held by the first
+        with pytest.raises(Py4JJavaError, match="0.delta is cut short"):
+            count(1, [("c", False, 2)])

@@ -211,23 +211,31 @@ public final class PartitionDedupe {
         }
       }
       busy = true;
-      Files.createDirectories(dir);
-      TreeMap<Long, List<String>> files = list();
-      delete(files.tailMap(batchId, true)); // an uncommitted attempt's
-      TreeMap<Long, List<String>> before = new TreeMap<>(files.headMap(batchId, false));
-      boolean current = through != INVALID && through < batchId
-          && (before.isEmpty() || before.lastKey() <= through);
-      if (!current) {
-        rebuild(before);
+      try {
+        Files.createDirectories(dir);
+        TreeMap<Long, List<String>> files = list();
+        delete(files.tailMap(batchId, true)); // an uncommitted attempt's
+        TreeMap<Long, List<String>> before = new TreeMap<>(files.headMap(batchId, false));
+        boolean current = through != INVALID && through < batchId
+            && (before.isEmpty() || before.lastKey() <= through);
+        through = INVALID; // until this batch's delta is in place
+        if (!current) {
+          rebuild(before);
+          through = INVALID;
+        }
+        this.retention = retention;
+        this.batchId = batchId;
+        this.horizon = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : maxTs - retention;
+        batchMaxTs = maxTs;
+        counted = fraud = copies = unkeyed = 0;
+        tmp = dir.resolve("." + batchId + DELTA + ".tmp");
+        out = open(tmp, batchId);
+      } catch (IOException | RuntimeException e) { // not begun: the next task finds it free, to rebuild
+        through = INVALID;
+        busy = false;
+        notifyAll();
+        throw e;
       }
-      through = INVALID; // until this batch's delta is in place
-      this.retention = retention;
-      this.batchId = batchId;
-      this.horizon = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : maxTs - retention;
-      batchMaxTs = maxTs;
-      counted = fraud = copies = unkeyed = 0;
-      tmp = dir.resolve("." + batchId + DELTA + ".tmp");
-      out = open(tmp, batchId);
     }
 
     void add(InternalRow row) throws IOException {
