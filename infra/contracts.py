@@ -128,7 +128,7 @@ ANALYZERS = ("avg_ticket", "proximity", "velocity")
 
 # Decision (topic `decisions` and store table `decisions`); a record's Kafka key is its txn_id, so
 # every copy of a decision sits in one partition (exactly-once's dedupe counts on it:
-# pipelines/usage/dedupe.py; a record keyed otherwise is counted and reported as unkeyed)
+# pipelines/usage/dedupe.py; a record keyed otherwise is counted and logged as unkeyed)
 DECISION_FIELDS: dict[str, type] = {
     "txn_id": str, "card_id": str, "merchant_id": str, "amount_cents": int, "event_time": int,
     "produced_at": int, "decided_at": int,

@@ -7,10 +7,10 @@ transaction comes out either valid (`dlq_reason` null) or with the reason it bre
 it; nothing invalid reaches `timestamp_millis`, state, windows or watermarks.
 
 How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes;
-`json_fields` (the Java function cardstream.parse.JsonFields) reads the bytes as `try_parse_json`
-reads the text (never raises: null for anything that is not JSON, nested too deep, or has a
-duplicate name): a plain flat object, as producers write them, by a scan of its bytes, anything
-else by Spark's own VariantBuilder; and gives each field's JSON type, as `schema_of_variant` names
+`json_fields` (the JVM expression cardstream.parse.JsonFieldsExpression) reads the bytes as
+`try_parse_json` reads the text (never raises: null for anything that is not JSON, nested too deep,
+or has a duplicate name): a plain flat object, as producers write them, by a scan of its bytes,
+anything else by Spark's own VariantBuilder; and gives each field's JSON type, as `schema_of_variant` names
 it, and its value, as `try_variant_get` reads it, so a number where a string id belongs, or a
 string where a number belongs, is told apart. (Those expressions gave the same answers for
 several µs more CPU a record, bench/RESULTS.md#throughput: `try_parse_json` makes a JsonFactory per

@@ -7,7 +7,7 @@ cardstream.state.PartitionDedupe, in the engine jar): a copy counts again only w
 copy's Kafka append time is more than DEDUPE_SECONDS older than the newest record the partition
 held before the batch. The ids live beside the query's checkpoint (`<checkpoint>/dedupe/<partition>/`),
 a delta file a batch and a snapshot every DEDUPE_SNAPSHOT_DELTAS deltas; a replayed batch finds the
-state the batch before it left. A record whose Kafka key is not its txn_id is counted and reported
+state the batch before it left. A record whose Kafka key is not its txn_id is counted and logged
 (`unkeyed`): its copies could sit in another partition.
 """
 from __future__ import annotations

@@ -159,7 +159,8 @@ class UsageJob:
                 c = dedupe.count(df, checkpoint, batch_id, self.s)
                 newest = c.newest_us // 1000 if c.newest_us >= 0 else None
                 metrics.note_state(name, batch_id, state_rows=c.ids, state_memory_bytes=c.bytes,
-                                   watermark=metrics.iso_ms(c.horizon_ms(self.s)), event_time_max=metrics.iso_ms(newest))
+                                   watermark=metrics.iso_ms(c.horizon_ms(self.s)),
+                                   event_time_max=metrics.iso_ms(newest))
                 return c.counted, c.fraud
             aggs = count_columns()
             if failing is not None:
