@@ -1,6 +1,7 @@
 package cardstream.parse;
 
 import java.io.IOException;
+import java.io.Serializable;
 import java.math.BigDecimal;
 import java.math.RoundingMode;
 import java.nio.charset.StandardCharsets;
@@ -8,9 +9,6 @@ import java.util.Arrays;
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF1;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.variant.SchemaOfVariant;
@@ -32,8 +30,8 @@ import org.apache.spark.unsafe.types.VariantVal;
  * together most of the usage job's CPU. This reads a plain flat object (`plain`: what producers
  * write) by one scan of its UTF-8 bytes, and anything else with Spark's own VariantBuilder (so what
  * is valid JSON is decided by the same code, with the session's duplicate-key and Unicode settings)
- * through one shared factory; the input is the record's bytes (or its text), and the answers are
- * those expressions':
+ * through one shared factory; the input is the record's bytes, and the answers are those
+ * expressions', as Spark holds them in a row (`internal`, JsonFieldsExpression's per record):
  *
  * <ul>
  *   <li>{@code is_object}: the JSON is an object;
@@ -48,7 +46,7 @@ import org.apache.spark.unsafe.types.VariantVal;
  * Kinds: {@code str}, {@code bool}, {@code int}, {@code float}; the Python side builds the
  * matching struct type (pipelines/engine/sources.py, {@code json_fields_type}).
  */
-public final class JsonFields implements UDF1<Object, Row> {
+public final class JsonFields implements Serializable {
   private static final long serialVersionUID = 1L;
   private static final double LONG_MAX = (double) Long.MAX_VALUE;
   private static final double LONG_MIN = (double) Long.MIN_VALUE;
@@ -106,23 +104,10 @@ public final class JsonFields implements UDF1<Object, Row> {
     }
   }
 
-  @Override
-  public Row call(Object in) {
-    if (in == null) {
-      return null;
-    }
-    byte[] bytes = in instanceof byte[] ? (byte[]) in : ((String) in).getBytes(StandardCharsets.UTF_8);
-    Object[] out = plain(bytes, false);
-    if (out == null) {
-      out = built(in instanceof String ? (String) in : new String(bytes, StandardCharsets.UTF_8));
-    }
-    return out == null ? null : RowFactory.create(out);
-  }
-
-  /** The same answers as `call` for a record's bytes, as Spark holds them in a row (UTF8String
-   *  for text): what JsonFieldsExpression returns, with no conversion of a Row per record. */
+  /** A record's bytes -> the answers, as Spark holds them in a row (UTF8String for text): what
+   *  JsonFieldsExpression returns; null when the bytes are not JSON. */
   public InternalRow internal(byte[] bytes) {
-    Object[] out = plain(bytes, true);
+    Object[] out = plain(bytes);
     if (out == null) {
       // as Spark decodes a text: the bytes as UTF-8
       out = built(new String(bytes, StandardCharsets.UTF_8));
@@ -179,15 +164,10 @@ public final class JsonFields implements UDF1<Object, Row> {
    * without escapes, a boolean, null, an integer or a decimal (no exponent) of at most 18 digits;
    * whitespace only around the tokens and after the object. Jackson and the builder accept every
    * such text and give these values and types (tests/spark/test_json_fields.py compares them); a
-   * value's bytes are decoded as Spark decodes a UTF-8 text. Why: a record the producers write
+   * string keeps its bytes, as Spark holds a text (the contract passes only valid UTF-8). Why: a record the producers write
    * costs a scan instead of a parse and a variant.
    */
   public Object[] plain(byte[] t) {
-    return plain(t, false);
-  }
-
-  /** `plain`, its text as Java Strings or (`internal`) as Spark's UTF8String. */
-  Object[] plain(byte[] t, boolean internal) {
     int n = t.length;
     int i = skipSpace(t, 0, n);
     if (i >= n || t[i] != '{') {
@@ -273,10 +253,9 @@ public final class JsonFields implements UDF1<Object, Row> {
         }
         i++;
         if (field >= 0) {
-          out[slot] = internal ? U_STRING : "STRING";
+          out[slot] = U_STRING;
           if (kinds[field] == 's') {
-            out[slot + 1] = internal ? UTF8String.fromBytes(Arrays.copyOfRange(t, vs + 1, i - 1))
-                : new String(t, vs + 1, i - vs - 2, StandardCharsets.UTF_8);
+            out[slot + 1] = UTF8String.fromBytes(Arrays.copyOfRange(t, vs + 1, i - 1));
           }
         }
       } else if (c == 't' || c == 'f' || c == 'n') {
@@ -286,7 +265,7 @@ public final class JsonFields implements UDF1<Object, Row> {
         }
         i += word.length;
         if (field >= 0) {
-          out[slot] = c == 'n' ? (internal ? U_VOID : "VOID") : (internal ? U_BOOLEAN : "BOOLEAN");
+          out[slot] = c == 'n' ? U_VOID : U_BOOLEAN;
           if (c != 'n' && kinds[field] == 'b') {
             out[slot + 1] = c == 't';
           }
@@ -348,7 +327,7 @@ public final class JsonFields implements UDF1<Object, Row> {
           if (named.scale() > 18) {
             return null;
           }
-          out[slot] = decimalName(Math.max(named.precision(), named.scale()), named.scale(), internal);
+          out[slot] = decimalName(Math.max(named.precision(), named.scale()), named.scale());
           if (kinds[field] == 'i') {
             out[slot + 1] = d.doubleValue();
             out[slot + 2] = d.setScale(0, RoundingMode.DOWN).longValueExact();
@@ -366,7 +345,7 @@ public final class JsonFields implements UDF1<Object, Row> {
           if (digits != vs) {
             value = -value;
           }
-          out[slot] = internal ? U_BIGINT : "BIGINT";
+          out[slot] = U_BIGINT;
           if (kinds[field] == 'i') {
             out[slot + 1] = (double) value;
             out[slot + 2] = value;
@@ -401,25 +380,16 @@ public final class JsonFields implements UDF1<Object, Row> {
   private static final UTF8String U_VOID = UTF8String.fromString("VOID");
   private static final UTF8String U_BOOLEAN = UTF8String.fromString("BOOLEAN");
   private static final UTF8String U_BIGINT = UTF8String.fromString("BIGINT");
-  private static final String[][] DECIMAL_NAMES = new String[19][19];
-  private static final UTF8String[][] U_DECIMAL_NAMES = new UTF8String[19][19];
+  private static final UTF8String[][] DECIMAL_NAMES = new UTF8String[19][19];
 
   /** "DECIMAL(p,s)", as schema_of_variant spells it (kept: a record's numbers share a few). */
-  private static Object decimalName(int precision, int scale, boolean internal) {
-    String name = DECIMAL_NAMES[precision][scale];
+  private static UTF8String decimalName(int precision, int scale) {
+    UTF8String name = DECIMAL_NAMES[precision][scale];
     if (name == null) { // a benign race: every thread makes the same value
-      name = "DECIMAL(" + precision + "," + scale + ")";
+      name = UTF8String.fromString("DECIMAL(" + precision + "," + scale + ")");
       DECIMAL_NAMES[precision][scale] = name;
     }
-    if (!internal) {
-      return name;
-    }
-    UTF8String u = U_DECIMAL_NAMES[precision][scale];
-    if (u == null) {
-      u = UTF8String.fromString(name);
-      U_DECIMAL_NAMES[precision][scale] = u;
-    }
-    return u;
+    return name;
   }
 
   private static int skipSpace(byte[] t, int i, int n) {

@@ -15,8 +15,8 @@ import org.apache.spark.sql.types.DataType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * JsonFields as a Catalyst expression over a record's bytes: the same answers as the function
- * (`JsonFields.call`), returned as Spark holds a row, so no Row, no Java String and no boxing
+ * JsonFields as a Catalyst expression over a record's bytes: its answers (`JsonFields.internal`)
+ * returned as Spark holds a row, so no Row, no Java String and no boxing
  * converter stands between it and the contract's expressions (as a Java UDF, Spark converted
  * every record's input and result: a sixth of the usage job's CPU once the parse was a scan).
  * Interpreted (`eval`) or in the generated code (`doGenCode`) alike: one call per record.
