@@ -6,7 +6,8 @@ transaction comes out either valid (`dlq_reason` null) or with the reason it bre
 (infra/contracts.py states it), so the job routes it to the dead-letter topic instead of dropping
 it; nothing invalid reaches `timestamp_millis`, state, windows or watermarks.
 
-How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes;
+How: the Kafka value's size is its byte length; UTF-8 validity is checked on the raw bytes (by
+`json_fields`' scan, is_valid_utf8 only for what it refuses);
 `json_fields` (the JVM expression cardstream.parse.JsonFieldsExpression) reads the bytes as
 `try_parse_json` reads the text (never raises: null for anything that is not JSON, nested too deep,
 or has a duplicate name): a plain flat object, as producers write them, by a scan of its bytes,
@@ -97,7 +98,7 @@ def json_fields_type(fields: dict[str, type]) -> T.StructType:
 
 def json_fields(spark: SparkSession, fields: dict[str, type]):
     """A function of a JSON column (its UTF-8 bytes) -> the struct `json_fields_type(fields)`, null
-    when it is not JSON: the JVM expression cardstream.parse.JsonFieldsExpression over
+    when it is not valid UTF-8 or not JSON: the JVM expression cardstream.parse.JsonFieldsExpression over
     cardstream.parse.JsonFields (pipelines/engine/jvm), with the session's variant settings. The
     same answers as try_parse_json, then schema_of_variant and try_variant_get per field (a plain
     flat object read by a scan of its bytes, anything else parsed by Spark's own VariantBuilder),
@@ -162,16 +163,14 @@ def time_reason(name: str, value: Column, d: Column, low: Column, high: Column) 
 
 
 def _envelope(kafka_df: DataFrame) -> DataFrame:
-    """Kafka rows -> size, UTF-8 validity, the bounded head of the payload and its bytes `_json`
-    (null unless its size and UTF-8 allow parsing it).
+    """Kafka rows -> size, the bounded head of the payload and its bytes `_json` (null unless its
+    size allows parsing it; `json_fields` checks its UTF-8).
 
     `raw` is what a dead letter needs and no more: the first DEAD_LETTER_HEAD_BYTES bytes of the
     value (bytes, so invalid UTF-8 is never expanded) and the value's size in bytes.
     """
     size = F.octet_length("value")
-    text = F.col("value").cast("string")  # the bytes as they are: Spark does not re-encode them
-    utf8 = F.is_valid_utf8(text)
-    parse = (size > 0) & (size <= MAX_PAYLOAD_BYTES) & utf8
+    parse = (size > 0) & (size <= MAX_PAYLOAD_BYTES)
     # a replayed history's record (infra/contracts.py): it carries the replay header
     replay = (F.coalesce(F.exists("headers", lambda h: h["key"] == F.lit(REPLAY_HEADER)), F.lit(False))
               if "headers" in kafka_df.columns else F.lit(False))
@@ -179,7 +178,7 @@ def _envelope(kafka_df: DataFrame) -> DataFrame:
         F.struct(F.substring("value", 1, DEAD_LETTER_HEAD_BYTES).alias("head"), size.alias("size")).alias("raw"),
         F.col("timestamp").alias("kafka_ts"), "partition", "offset",
         (F.col("key") if "key" in kafka_df.columns else F.lit(None).cast("binary")).alias("key"),
-        size.alias("_size"), utf8.alias("_utf8"), replay.alias("_replay"),
+        size.alias("_size"), replay.alias("_replay"),
         F.when(parse, F.col("value")).alias("_json"))
 
 
@@ -219,7 +218,9 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     keys = F.json_object_keys(c("_json").cast("string"))  # only evaluated for what is not JSON (`_f` null)
     rule = (F.when(c("_size").isNull() | (c("_size") == 0), F.lit("empty payload"))
             .when(c("_size") > MAX_PAYLOAD_BYTES, F.lit("oversized payload"))
-            .when(~c("_utf8"), F.lit("invalid UTF-8"))
+            # json_fields gives null for invalid UTF-8 (checked in its scan): only then is it asked
+            # (the bytes as they are: Spark does not re-encode them)
+            .when(c("_f").isNull() & ~F.is_valid_utf8(c("_json").cast("string")), F.lit("invalid UTF-8"))
             .when(c("_f").isNull() & keys.isNotNull() & (F.size(keys) != F.size(F.array_distinct(keys))),
                   F.lit("duplicate field"))
             .when(c("_f").isNull(), F.lit("malformed JSON"))
@@ -235,7 +236,9 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     for n, kind in fields.items():
         if kind is str:
             if n in ID_FIELDS:
-                rule = rule.when(F.length(F.trim(c(n))) == 0, F.lit(f"empty {n}"))
+                # blank: trim's spaces only; trimmed (a copy) only when it starts with one
+                blank = (F.octet_length(c(n)) == 0) | (c(n).startswith(" ") & (F.length(F.trim(c(n))) == 0))
+                rule = rule.when(blank, F.lit(f"empty {n}"))
             rule = rule.when(F.octet_length(c(n)) > MAX_ID_BYTES, F.lit(f"{n} too long"))
     if "currency" in fields:  # optional: null passes; Java's \A..\z is the whole value (not `$`: "EUR\n")
         rule = rule.when(c("currency").isNotNull() & ~F.regexp_like(c("currency"), F.lit(rf"\A{CURRENCY_FORM}\z")),

@@ -136,6 +136,9 @@ def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder
     for doc in ('{"s":"a\\"b"}', '{"x":{"s":1}}', '{"i":1234567890123456789}', '{"f":1.5e3}', '{"s":"a","s":"b"}',
                 '{"s":"x"} x', '{"é":1}', "[1]"):
         assert scan.plain(doc.encode()) is None, doc
+    for raw in (b'{"s":"\xff"}', b'{"x":"a\xe2\x82","s":"v"}', b'{"s":"\xed\xa0\x80"}'):  # not UTF-8: refused
+        assert scan.plain(raw) is None and scan.internal(raw) is None, raw
+    assert scan.internal('{"x":"\u20ac","s":"\u00e9"}'.encode()) is not None
 
 
 def test_a_text_is_json_exactly_when_try_parse_json_says_so(spark):

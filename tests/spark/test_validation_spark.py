@@ -71,6 +71,28 @@ def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(sp
     assert valid.count() == len(payloads)
 
 
+def test_utf8_and_blank_ids_get_the_same_verdict_in_spark_as_in_python(spark, settings):
+    """The UTF-8 check sits in the JSON scan (is_valid_utf8 only for what it refuses): every kind of
+    bad sequence, in a field asked for, in one that is not, and inside a nested value, is named as
+    Python names it; valid multi-byte text passes. A blank id (spaces only) is empty."""
+    bad = [b"\xff", b"\x80", b"\xc0\x80", b"\xc1\xbf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82",
+           b"\xf0\x9f\x98", b"\xf8\x88\x80\x80\x80", b"a\xe9b"]
+    good = ["\u00e9", "\u20ac", "\U0001f600", "\u07ff\u0800\uffff\U00010000\U0010ffff"]
+    payloads = []
+    for where in ("txn_id", "merchant_id"):
+        payloads += [json.dumps(fields(**{where: "t-@@"})).encode().replace(b"@@", b) for b in bad]
+        payloads += [json.dumps(fields(**{where: "t-" + g}), ensure_ascii=False).encode() for g in good]
+    payloads += [json.dumps({**fields(), "note": {"x": ["@@"]}}).encode().replace(b"@@", b) for b in bad[:3]]
+    payloads += [json.dumps(fields(txn_id=i)).encode() for i in ("   ", " t-1", "t-1 ", "", " ")]
+    rows = sorted(parse_transactions(kafka_frame(spark, payloads), settings, now_ms=NOW).collect(),
+                  key=lambda r: r.offset)
+    got = [r.dlq_reason for r in rows]
+    assert got == [dead_letter_reason(p, NOW) for p in payloads]
+    assert got.count("invalid UTF-8") == 2 * len(bad) + 3
+    assert got[-5:] == ["empty txn_id", None, None, "empty txn_id", "empty txn_id"]
+    assert rows[len(bad)].txn_id == "t-" + good[0]
+
+
 def test_a_currency_gets_the_same_verdict_in_spark_as_in_python(spark, settings):
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from tests.unit.test_validation import CURRENCIES

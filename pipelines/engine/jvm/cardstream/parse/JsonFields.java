@@ -105,10 +105,15 @@ public final class JsonFields implements Serializable {
   }
 
   /** A record's bytes -> the answers, as Spark holds them in a row (UTF8String for text): what
-   *  JsonFieldsExpression returns; null when the bytes are not JSON. */
+   *  JsonFieldsExpression returns; null when the bytes are not valid UTF-8 (is_valid_utf8) or not
+   *  JSON. Why the UTF-8 check here: the scan sees every byte anyway, so a record pays for it only
+   *  when a string holds non-ASCII bytes (a separate check read every record's bytes again). */
   public InternalRow internal(byte[] bytes) {
     Object[] out = plain(bytes);
     if (out == null) {
+      if (!UTF8String.fromBytes(bytes).isValid()) {
+        return null; // is_valid_utf8's answer: the contract's rule names it (the scan checks its strings so)
+      }
       // as Spark decodes a text: the bytes as UTF-8
       out = built(new String(bytes, StandardCharsets.UTF_8));
       if (out == null) {
@@ -164,7 +169,8 @@ public final class JsonFields implements Serializable {
    * without escapes, a boolean, null, an integer or a decimal (no exponent) of at most 18 digits;
    * whitespace only around the tokens and after the object. Jackson and the builder accept every
    * such text and give these values and types (tests/spark/test_json_fields.py compares them); a
-   * string keeps its bytes, as Spark holds a text (the contract passes only valid UTF-8). Why: a record the producers write
+   * string is a view of its bytes, as Spark holds a text; a string with non-ASCII bytes must be
+   * valid UTF-8 (UTF8String.isValid), else null (`internal` then gives null too). Why: a record the producers write
    * costs a scan instead of a parse and a variant.
    */
   public Object[] plain(byte[] t) {
@@ -237,9 +243,13 @@ public final class JsonFields implements Serializable {
       c = t[i];
       int vs = i;
       if (c == '"') {
+        boolean ascii = true;
         for (i++; i < n && (c = t[i]) != '"'; i++) {
-          if (c >= 0 && c < 0x20) {
-            return null;
+          if (c < 0x20) {
+            if (c >= 0) {
+              return null;
+            }
+            ascii = false;
           }
           if (c == '\\') {
             if (field >= 0 || i + 1 >= n || ESCAPES.indexOf(t[i + 1]) < 0) {
@@ -252,10 +262,15 @@ public final class JsonFields implements Serializable {
           return null;
         }
         i++;
+        // non-ASCII bytes sit only inside strings here, and a multi-byte sequence never spans a
+        // quote: the text is valid UTF-8 when each such string is (Spark's own check decides)
+        if (!ascii && !UTF8String.fromBytes(t, vs + 1, i - 2 - vs).isValid()) {
+          return null;
+        }
         if (field >= 0) {
           out[slot] = U_STRING;
           if (kinds[field] == 's') {
-            out[slot + 1] = UTF8String.fromBytes(Arrays.copyOfRange(t, vs + 1, i - 1));
+            out[slot + 1] = UTF8String.fromBytes(t, vs + 1, i - 2 - vs); // a view: the bytes are never changed
           }
         }
       } else if (c == 't' || c == 'f' || c == 'n') {

@@ -672,8 +672,11 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     private byte[][] slabs = new byte[8][];
     private int[] fill = new int[8]; // bytes used in each slab
     private int slabCount;
-    private long[] refs = new long[64]; // 0: empty, TOMB: removed
-    private int[] hashes = new int[64];
+    // two longs a slot: the entry's reference (0: empty, TOMB: removed), then its key's hash; side
+    // by side, so a probe reads one cache line, not one in each of two arrays
+    private long[] slots = new long[128];
+    private int lookedUpSlot = -1; // where `lookup` found the key's place (insertLookedUp), or -1
+    private int lookedUpHash;
     int size;
     private int used; // live slots and tombstones
     private long liveBytes;
@@ -822,15 +825,19 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
           && ByteArrayMethods.arrayEquals(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8, base, offset, size);
     }
 
+    private int capacity() {
+      return slots.length >>> 1;
+    }
+
     /** The slot holding the key, or -1. */
     private int find(Object base, long offset, int size, int h) {
-      int mask = refs.length - 1;
+      int mask = capacity() - 1;
       for (int i = h & mask; ; i = (i + 1) & mask) {
-        long r = refs[i];
+        long r = slots[2 * i];
         if (r == 0) {
           return -1;
         }
-        if (r != TOMB && hashes[i] == h && sameKey(r, base, offset, size)) {
+        if (r != TOMB && (int) slots[2 * i + 1] == h && sameKey(r, base, offset, size)) {
           return i;
         }
       }
@@ -839,7 +846,49 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     /** The key's live entry, or 0. */
     long get(Object base, long offset, int size) {
       int i = find(base, offset, size, hash(base, offset, size));
-      return i < 0 ? 0 : refs[i];
+      return i < 0 ? 0 : slots[2 * i];
+    }
+
+    /** `get`, remembering where the key would go when it is absent: `insertLookedUp` places it
+     *  there without searching again (the dedupe's new id: one probe sequence, not three). */
+    long lookup(Object base, long offset, int size) {
+      int h = hash(base, offset, size);
+      int mask = capacity() - 1;
+      int free = -1;
+      for (int i = h & mask; ; i = (i + 1) & mask) {
+        long r = slots[2 * i];
+        if (r == 0) {
+          lookedUpSlot = free >= 0 ? free : i;
+          lookedUpHash = h;
+          return 0;
+        }
+        if (r == TOMB) {
+          if (free < 0) {
+            free = i;
+          }
+        } else if ((int) slots[2 * i + 1] == h && sameKey(r, base, offset, size)) {
+          lookedUpSlot = -1;
+          return r;
+        }
+      }
+    }
+
+    /** Place `ref`, appended since a `lookup` of its key found nothing (no other change between). */
+    void insertLookedUp(long ref) {
+      int i = lookedUpSlot;
+      if (i < 0) {
+        throw new IllegalStateException("insertLookedUp without a lookup that found nothing");
+      }
+      lookedUpSlot = -1;
+      if (slots[2 * i] == 0) {
+        used++;
+      }
+      slots[2 * i] = ref;
+      slots[2 * i + 1] = lookedUpHash;
+      size++;
+      if (used * 4L > capacity() * 3L) { // 75 % full, counting tombstones
+        resize(size * 4L >= capacity() ? capacity() * 2 : capacity());
+      }
     }
 
     /** Make `ref` the key's entry (live again if it was dead); the entry it replaced (now dead), or 0. */
@@ -850,27 +899,28 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       int h = hash(slab, keyOffset, keySize);
       int i = find(slab, keyOffset, keySize, h);
       setDead(ref, false);
+      lookedUpSlot = -1;
       if (i >= 0) {
-        long before = refs[i];
+        long before = slots[2 * i];
         if (before != ref) {
           setDead(before, true);
         }
-        refs[i] = ref;
+        slots[2 * i] = ref;
         return before;
       }
-      if ((used + 1) * 4L > refs.length * 3L) { // 75 % full, counting tombstones
-        resize(size * 4L >= refs.length ? refs.length * 2 : refs.length);
+      if ((used + 1) * 4L > capacity() * 3L) { // 75 % full, counting tombstones
+        resize(size * 4L >= capacity() ? capacity() * 2 : capacity());
       }
-      int mask = refs.length - 1;
+      int mask = capacity() - 1;
       i = h & mask;
-      while (refs[i] != 0 && refs[i] != TOMB) {
+      while (slots[2 * i] != 0 && slots[2 * i] != TOMB) {
         i = (i + 1) & mask;
       }
-      if (refs[i] == 0) {
+      if (slots[2 * i] == 0) {
         used++;
       }
-      refs[i] = ref;
-      hashes[i] = h;
+      slots[2 * i] = ref;
+      slots[2 * i + 1] = h;
       size++;
       return 0;
     }
@@ -881,8 +931,9 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       if (i < 0) {
         return 0;
       }
-      long before = refs[i];
-      refs[i] = TOMB;
+      long before = slots[2 * i];
+      slots[2 * i] = TOMB;
+      lookedUpSlot = -1;
       this.size--;
       setDead(before, true);
       return before;
@@ -893,20 +944,19 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     }
 
     private void resize(int capacity) {
-      long[] old = refs;
-      int[] oldHashes = hashes;
-      refs = new long[capacity];
-      hashes = new int[capacity];
+      long[] old = slots;
+      slots = new long[2 * capacity];
+      lookedUpSlot = -1;
       int mask = capacity - 1;
-      for (int j = 0; j < old.length; j++) {
+      for (int j = 0; j < old.length; j += 2) {
         long r = old[j];
         if (r != 0 && r != TOMB) {
-          int i = oldHashes[j] & mask;
-          while (refs[i] != 0) {
+          int i = (int) old[j + 1] & mask;
+          while (slots[2 * i] != 0) {
             i = (i + 1) & mask;
           }
-          refs[i] = r;
-          hashes[i] = oldHashes[j];
+          slots[2 * i] = r;
+          slots[2 * i + 1] = old[j + 1];
         }
       }
       used = size;
@@ -929,9 +979,9 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return out;
     }
 
-    /** Bytes held: the slabs and the table's two arrays. */
+    /** Bytes held: the slabs and the slots. */
     long bytes() {
-      return slabBytes + 12L * refs.length;
+      return slabBytes + 8L * slots.length;
     }
   }
 }

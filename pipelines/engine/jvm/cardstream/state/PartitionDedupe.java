@@ -253,7 +253,7 @@ public final class PartitionDedupe {
       if (!keyed(row, base, offset, size)) {
         unkeyed++;
       }
-      long ref = table.get(base, offset, size);
+      long ref = table.lookup(base, offset, size);
       if (ref != 0 && table.valueLong(ref) >= horizon) {
         copies++;
         return;
@@ -263,7 +263,7 @@ public final class PartitionDedupe {
         table.setValueLong(ref, seen);
       } else {
         Platform.putLong(value, Platform.BYTE_ARRAY_OFFSET, seen);
-        table.put(table.append(base, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
+        table.insertLookedUp(table.append(base, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
       }
       out.putInt(size);
       out.put(base, offset, size);
