@@ -107,6 +107,11 @@ PLAIN_EDGES = [' \t\r\n{ "s" : "x" , "i" :\n-7 }\n ', "{ }", '{"s":"x"} x', '{"s
                '{"f":12.50,"i":12.5,"s":0.5,"b":-0.0}', '{"f":100.0,"i":-12.99}', '{"f":0.001,"i":0.000000000000000001}',
                '{"f":12345678901234567.5}', '{"f":1234567890123456789.5}', '{"f":48.85661,"i":2.35222}', '{"f":-0.00}',
                '{"f":1.5e3}', '{"i":0.0000000000000000001}', '{"f":00.5}', '{"f":-.5}']
+# the scan reads names and strings eight bytes at a time: a byte that ends or breaks a run at every
+# position of a lane, in a name and in a value asked for or not
+PLAIN_EDGES += [doc for p in range(18) for x in ('"', '\\"', '\\n', "\t", "\x7f", "\u00e9", "\x1f", "\\u0041")
+                for doc in ('{"' + "k" * p + x + 'k":1,"s":"v"}', '{"s":"' + "v" * p + x + 'v"}',
+                            '{"x":"' + "v" * p + x + 'v","s":"' + "w" * p + '"}')]
 
 
 def test_the_plain_object_scan_decides_as_try_parse_json_and_reads_the_same_values(spark):
@@ -136,6 +141,10 @@ def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder
     for doc in ('{"s":"a\\"b"}', '{"x":{"s":1}}', '{"i":1234567890123456789}', '{"f":1.5e3}', '{"s":"a","s":"b"}',
                 '{"s":"x"} x', '{"é":1}', "[1]"):
         assert scan.plain(doc.encode()) is None, doc
+    for p in range(18):  # names and strings of every length around the scan's eight-byte steps
+        assert scan.plain(('{"' + "k" * p + '":1,"s":"' + "v" * p + '\u00e9\\"","x":"' + "w" * p + '"}').encode()) is None
+        got = scan.plain(('{"' + "k" * p + '":1,"s":"' + "v" * p + '\u00e9","x":"' + "w" * p + '\\t"}').encode())
+        assert got is not None and str(got[2]) == "v" * p + "\u00e9", p
     for raw in (b'{"s":"\xff"}', b'{"x":"a\xe2\x82","s":"v"}', b'{"s":"\xed\xa0\x80"}'):  # not UTF-8: refused
         assert scan.plain(raw) is None and scan.internal(raw) is None, raw
     assert scan.internal('{"x":"\u20ac","s":"\u00e9"}'.encode()) is not None

@@ -2,8 +2,11 @@ package cardstream.parse;
 
 import java.io.IOException;
 import java.io.Serializable;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.math.BigDecimal;
 import java.math.RoundingMode;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
@@ -59,6 +62,7 @@ public final class JsonFields implements Serializable {
 
   private final String[] names;
   private final byte[][] nameBytes;
+  private final int[] nameHashes; // 31 * h + byte over each name's bytes, as the scan hashes a key
   private final char[] kinds;
   private final int width;
   private final boolean allowDuplicateKeys;
@@ -84,8 +88,10 @@ public final class JsonFields implements Serializable {
     }
     this.width = w + 1; // the root-is-an-object flag first
     this.nameBytes = new byte[names.length][];
+    this.nameHashes = new int[names.length];
     for (int i = 0; i < names.length; i++) {
       this.nameBytes[i] = names[i].getBytes(StandardCharsets.UTF_8);
+      this.nameHashes[i] = nameHash(nameBytes[i], 0, nameBytes[i].length);
     }
     this.allowDuplicateKeys = allowDuplicateKeys;
     this.validateUnicode = validateUnicode;
@@ -194,22 +200,16 @@ public final class JsonFields implements Serializable {
         return null;
       }
       int ks = ++i;
-      int h = 0;
       int c = 0;
-      while (i < n && (c = t[i]) != '"') {
-        if (c < 0x20 || c > 0x7E || c == '\\') { // bytes are signed: anything non-ASCII is < 0
-          return null;
-        }
-        h = 31 * h + c;
-        i++;
-      }
-      if (i >= n) {
+      i = nameEnd(t, i, n);
+      if (i < 0) {
         return null;
       }
       int ke = i++;
       if (ke - ks > 1000) {
         return null; // Jackson limits a name's length
       }
+      int h = nameHash(t, ks, ke);
       for (int j = 0; j < keys; j++) {
         if (keyHash[j] == h && Arrays.equals(t, keyStart[j], keyEnd[j], t, ks, ke)) {
           return null; // a repeated name: the builder's setting decides
@@ -226,7 +226,7 @@ public final class JsonFields implements Serializable {
       int field = -1;
       int slot = 1;
       for (int f = 0, k = 1; f < names.length; k += kinds[f] == 'i' ? 3 : 2, f++) {
-        if (Arrays.equals(t, ks, ke, nameBytes[f], 0, nameBytes[f].length)) {
+        if (nameHashes[f] == h && Arrays.equals(t, ks, ke, nameBytes[f], 0, nameBytes[f].length)) {
           field = f;
           slot = k;
           break;
@@ -244,7 +244,7 @@ public final class JsonFields implements Serializable {
       int vs = i;
       if (c == '"') {
         boolean ascii = true;
-        for (i++; i < n && (c = t[i]) != '"'; i++) {
+        for (i = plainRun(t, i + 1, n); i < n && (c = t[i]) != '"'; i = plainRun(t, i + 1, n)) {
           if (c < 0x20) {
             if (c >= 0) {
               return null;
@@ -405,6 +405,80 @@ public final class JsonFields implements Serializable {
       DECIMAL_NAMES[precision][scale] = name;
     }
     return name;
+  }
+
+  // Eight bytes at a time (SWAR): a byte is flagged in the mask's top bit of its lane; the lowest
+  // flagged lane is always a true one (a borrow only runs upward from a real match)
+  private static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+  private static final long ONES = 0x0101010101010101L;
+  private static final long HIGHS = 0x8080808080808080L;
+
+  private static long zeroLanes(long x) {
+    return (x - ONES) & ~x & HIGHS;
+  }
+
+  /** Lanes holding a quote, a backslash, a control byte or a byte of 0x80 and above. */
+  private static long specialLanes(long w) {
+    return zeroLanes(w ^ 0x2222222222222222L) | zeroLanes(w ^ 0x5C5C5C5C5C5C5C5CL)
+        | ((w - 0x2020202020202020L) & ~w & HIGHS) | (w & HIGHS);
+  }
+
+  /** The first byte from i on that is a quote, a backslash, a control byte or not ASCII (n: none):
+   *  what ends a run of plain string bytes. */
+  private static int plainRun(byte[] t, int i, int n) {
+    while (i + 8 <= n) {
+      long special = specialLanes((long) LONGS.get(t, i));
+      if (special != 0) {
+        return i + (Long.numberOfTrailingZeros(special) >>> 3);
+      }
+      i += 8;
+    }
+    while (i < n) {
+      int c = t[i];
+      if (c == '"' || c == '\\' || c < 0x20) { // bytes are signed: anything non-ASCII is < 0
+        return i;
+      }
+      i++;
+    }
+    return n;
+  }
+
+  /** Where a name starting at i ends (its closing quote), or -1: not printable ASCII without escapes. */
+  private static int nameEnd(byte[] t, int i, int n) {
+    while (i + 8 <= n) {
+      long w = (long) LONGS.get(t, i);
+      long special = specialLanes(w) | zeroLanes(w ^ 0x7F7F7F7F7F7F7F7FL);
+      if (special != 0) {
+        i += Long.numberOfTrailingZeros(special) >>> 3;
+        break;
+      }
+      i += 8;
+    }
+    for (; i < n; i++) {
+      int c = t[i];
+      if (c == '"') {
+        return i;
+      }
+      if (c < 0x20 || c > 0x7E || c == '\\') { // bytes are signed: anything non-ASCII is < 0
+        return -1;
+      }
+    }
+    return -1;
+  }
+
+  /** A name's hash: its length, first and last eight bytes (equal names, equal hashes; a
+   *  collision is settled by comparing the bytes). */
+  private static int nameHash(byte[] t, int s, int e) {
+    int len = e - s;
+    if (len < 8) {
+      int h = len;
+      for (int j = s; j < e; j++) {
+        h = 31 * h + t[j];
+      }
+      return h;
+    }
+    long x = (long) LONGS.get(t, s) * 0x9E3779B97F4A7C15L + (long) LONGS.get(t, e - 8) + len;
+    return (int) (x ^ (x >>> 29));
   }
 
   private static int skipSpace(byte[] t, int i, int n) {
