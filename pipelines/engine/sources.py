@@ -82,11 +82,13 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
 
 def json_fields_type(fields: dict[str, type]) -> T.StructType:
     """What `json_fields` returns for `fields`: whether the JSON is an object (`is_object`), then
-    each field's JSON type `t_<name>` and its value as a string (`s_`), a boolean (`b_`), or a
-    double (`d_`) and, for integers, a long (`l_`)."""
+    each field's JSON type `t_<name>`, whether it is absent or null (`m_`), whether its type is its
+    kind's (`ok_`: a string, a boolean, a number), and its value as a string (`s_`), a boolean
+    (`b_`), or a double (`d_`) and, for integers, a long (`l_`)."""
     out = [T.StructField("is_object", T.BooleanType())]
     for n, kind in fields.items():
-        out.append(T.StructField(f"t_{n}", T.StringType()))
+        out += [T.StructField(f"t_{n}", T.StringType()), T.StructField(f"m_{n}", T.BooleanType()),
+                T.StructField(f"ok_{n}", T.BooleanType())]
         if kind in _VALUE_PREFIX:
             out.append(T.StructField(f"{_VALUE_PREFIX[kind]}_{n}", _SPARK_TYPES[kind]))
         else:
@@ -140,10 +142,6 @@ def _now_ms(now_ms: int | Column | None) -> Column:
     return F.lit(now_ms).cast("bigint") if now_ms is not None else F.unix_millis(F.col("kafka_ts"))
 
 
-def _is_number(t: Column) -> Column:
-    return t.isin("BIGINT", "DOUBLE", "FLOAT") | t.startswith("DECIMAL(")
-
-
 def _is_finite(d: Column) -> Column:
     return ~F.isnan(d) & (F.abs(d) != F.lit(float("inf")))
 
@@ -192,12 +190,9 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     c = F.col
     numbers = [n for n, k in fields.items() if k in (int, float)]
     df = df.select("*", json_fields(df.sparkSession, fields)(c("_json")).alias("_f"))
-    df = df.select("*", *[c(f"_f.t_{n}").alias(f"_t_{n}") for n in fields])
-    flags = []
-    for n, kind in fields.items():
-        t = c(f"_t_{n}")
-        ok = {str: t == "STRING", bool: t == "BOOLEAN"}.get(kind, _is_number(t))
-        flags += [(t.isNull() | (t == "VOID")).alias(f"_m_{n}"), ok.alias(f"_ok_{n}")]
+    # absent or null, and of its kind's JSON type, as json_fields reads them (null when not JSON)
+    flags = [f for n in fields for f in (F.coalesce(c(f"_f.m_{n}"), F.lit(True)).alias(f"_m_{n}"),
+                                         c(f"_f.ok_{n}").alias(f"_ok_{n}"))]
     df = df.select("*", *flags, *[c(f"_f.d_{n}").alias(f"_d_{n}") for n in numbers],
                    low.alias("_low"), high.alias("_high"),
                    # a replayed history's times: plausible, however old (infra/contracts.py)
@@ -207,7 +202,7 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     for n, kind in fields.items():
         ok, d = c(f"_ok_{n}"), c(f"_d_{n}")
         if kind is int:  # a JSON number with no fraction: 12, 12.0 and 1.2e3 are; 12.5 and 1e400 are not
-            integral = ok & _is_finite(d) & ((d % F.lit(1.0)) == 0)
+            integral = ok & _is_finite(d) & (F.rint(d) == d)  # rint: no division (a double's % is one)
             values += [integral.alias(f"_i_{n}"), F.when(integral, c(f"_f.l_{n}")).alias(n)]
         elif kind is float:
             values.append(F.when(ok, d).alias(n))

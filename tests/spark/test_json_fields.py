@@ -45,7 +45,17 @@ def actual(spark, docs: list[str]):
     fields = json_fields(spark, FIELDS)
     rows = df.select(fields(F.col("text").cast("binary")).alias("f"), fields(F.col("text")).alias("g")).collect()
     assert all(r["f"] == r["g"] for r in rows)
-    return [r["f"].asDict() if r["f"] is not None else None for r in rows]
+    out = [r["f"].asDict() if r["f"] is not None else None for r in rows]
+    for row in filter(None, out):  # the contract's flags: the type names' meaning, as booleans
+        for n, kind in FIELDS.items():
+            t = row[f"t_{n}"]
+            of_kind = {str: t == "STRING", bool: t == "BOOLEAN"}.get(kind, is_number(t))
+            assert (row[f"m_{n}"], row[f"ok_{n}"]) == (t in (None, "VOID"), of_kind), (n, row)
+    return out
+
+
+def is_number(t: str | None) -> bool:
+    return t is not None and (t in ("BIGINT", "DOUBLE", "FLOAT") or t.startswith("DECIMAL("))
 
 
 def comparable(row: dict, kind_of: dict) -> dict:
@@ -55,7 +65,7 @@ def comparable(row: dict, kind_of: dict) -> dict:
     for n, kind in FIELDS.items():
         t = row[f"t_{n}"]
         out[f"t_{n}"] = t
-        number = t is not None and (t in ("BIGINT", "DOUBLE", "FLOAT") or t.startswith("DECIMAL("))
+        number = is_number(t)
         if kind is str:
             out[f"s_{n}"] = row[f"s_{n}"] if t == "STRING" else None
         elif kind is bool:
@@ -144,7 +154,7 @@ def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder
     for p in range(18):  # names and strings of every length around the scan's eight-byte steps
         assert scan.plain(('{"' + "k" * p + '":1,"s":"' + "v" * p + '\u00e9\\"","x":"' + "w" * p + '"}').encode()) is None
         got = scan.plain(('{"' + "k" * p + '":1,"s":"' + "v" * p + '\u00e9","x":"' + "w" * p + '\\t"}').encode())
-        assert got is not None and str(got[2]) == "v" * p + "\u00e9", p
+        assert got is not None and str(got[4]) == "v" * p + "\u00e9", p
     for raw in (b'{"s":"\xff"}', b'{"x":"a\xe2\x82","s":"v"}', b'{"s":"\xed\xa0\x80"}'):  # not UTF-8: refused
         assert scan.plain(raw) is None and scan.internal(raw) is None, raw
     assert scan.internal('{"x":"\u20ac","s":"\u00e9"}'.encode()) is not None
@@ -159,7 +169,8 @@ def test_a_text_is_json_exactly_when_try_parse_json_says_so(spark):
 
 def test_the_struct_type_follows_the_fields():
     names = [f.name for f in json_fields_type(FIELDS).fields]
-    assert names == ["is_object", "t_s", "s_s", "t_b", "b_b", "t_i", "d_i", "l_i", "t_f", "d_f"]
+    assert names == ["is_object", "t_s", "m_s", "ok_s", "s_s", "t_b", "m_b", "ok_b", "b_b", "t_i", "m_i", "ok_i", "d_i",
+                     "l_i", "t_f", "m_f", "ok_f", "d_f"]
 
 
 @pytest.mark.parametrize("kinds", [["str", "nope"], ["str"]])

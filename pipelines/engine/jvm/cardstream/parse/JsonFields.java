@@ -39,6 +39,9 @@ import org.apache.spark.unsafe.types.VariantVal;
  * <ul>
  *   <li>{@code is_object}: the JSON is an object;
  *   <li>{@code t_<name>}: schema_of_variant of the field (null when absent, VOID for a JSON null);
+ *   <li>{@code m_<name>}: the field is absent or a JSON null; {@code ok_<name>}: it holds its kind's
+ *       JSON type (a string, a boolean, a number); what the contract asks of the type, as booleans
+ *       (comparing type names costs the contract's rules a string comparison each);
  *   <li>a string field: {@code s_<name>}, its value when it is a JSON string;
  *   <li>a boolean field: {@code b_<name>}, its value when it is a JSON boolean;
  *   <li>an integer field: {@code d_<name>} (try_variant_get as double) and {@code l_<name>}
@@ -65,6 +68,7 @@ public final class JsonFields implements Serializable {
   private final int[] nameHashes; // 31 * h + byte over each name's bytes, as the scan hashes a key
   private final char[] kinds;
   private final int width;
+  private final Object[] absent; // an object's answers before its fields are read: each one absent
   private final boolean allowDuplicateKeys;
   private final boolean validateUnicode;
 
@@ -79,14 +83,20 @@ public final class JsonFields implements Serializable {
     int w = 0;
     for (int i = 0; i < kinds.length; i++) {
       switch (kinds[i]) {
-        case "str": this.kinds[i] = 's'; w += 2; break;
-        case "bool": this.kinds[i] = 'b'; w += 2; break;
-        case "int": this.kinds[i] = 'i'; w += 3; break;
-        case "float": this.kinds[i] = 'f'; w += 2; break;
+        case "str": this.kinds[i] = 's'; w += 4; break;
+        case "bool": this.kinds[i] = 'b'; w += 4; break;
+        case "int": this.kinds[i] = 'i'; w += 5; break;
+        case "float": this.kinds[i] = 'f'; w += 4; break;
         default: throw new IllegalArgumentException("unknown kind " + kinds[i] + " for " + names[i]);
       }
     }
     this.width = w + 1; // the root-is-an-object flag first
+    this.absent = new Object[width];
+    absent[0] = true;
+    for (int f = 0, k = 1; f < kinds.length; k += slots(f), f++) {
+      absent[k + 1] = true; // m_: absent
+      absent[k + 2] = false; // ok_
+    }
     this.nameBytes = new byte[names.length][];
     this.nameHashes = new int[names.length];
     for (int i = 0; i < names.length; i++) {
@@ -149,6 +159,11 @@ public final class JsonFields implements Serializable {
       Variant v = found[i];
       VariantUtil.Type type = v == null ? null : v.getType();
       out[k++] = v == null ? null : typeName(v, type);
+      out[k++] = v == null || type == VariantUtil.Type.NULL;
+      out[k++] = type != null && (kinds[i] == 's' ? type == VariantUtil.Type.STRING
+          : kinds[i] == 'b' ? type == VariantUtil.Type.BOOLEAN
+          : type == VariantUtil.Type.LONG || type == VariantUtil.Type.DOUBLE || type == VariantUtil.Type.FLOAT
+            || type == VariantUtil.Type.DECIMAL);
       switch (kinds[i]) {
         case 's':
           out[k++] = type == VariantUtil.Type.STRING ? v.getString() : null;
@@ -185,8 +200,7 @@ public final class JsonFields implements Serializable {
     if (i >= n || t[i] != '{') {
       return null;
     }
-    Object[] out = new Object[width];
-    out[0] = true;
+    Object[] out = absent.clone();
     i = skipSpace(t, i + 1, n);
     if (i < n && t[i] == '}') {
       return skipSpace(t, i + 1, n) == n ? out : null;
@@ -225,7 +239,7 @@ public final class JsonFields implements Serializable {
       keyHash[keys++] = h;
       int field = -1;
       int slot = 1;
-      for (int f = 0, k = 1; f < names.length; k += kinds[f] == 'i' ? 3 : 2, f++) {
+      for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
         if (nameHashes[f] == h && Arrays.equals(t, ks, ke, nameBytes[f], 0, nameBytes[f].length)) {
           field = f;
           slot = k;
@@ -268,9 +282,9 @@ public final class JsonFields implements Serializable {
           return null;
         }
         if (field >= 0) {
-          out[slot] = U_STRING;
+          typed(out, slot, U_STRING, kinds[field] == 's');
           if (kinds[field] == 's') {
-            out[slot + 1] = UTF8String.fromBytes(t, vs + 1, i - 2 - vs); // a view: the bytes are never changed
+            out[slot + 3] = UTF8String.fromBytes(t, vs + 1, i - 2 - vs); // a view: the bytes are never changed
           }
         }
       } else if (c == 't' || c == 'f' || c == 'n') {
@@ -280,9 +294,9 @@ public final class JsonFields implements Serializable {
         }
         i += word.length;
         if (field >= 0) {
-          out[slot] = c == 'n' ? U_VOID : U_BOOLEAN;
+          typed(out, slot, c == 'n' ? U_VOID : U_BOOLEAN, c != 'n' && kinds[field] == 'b');
           if (c != 'n' && kinds[field] == 'b') {
-            out[slot + 1] = c == 't';
+            out[slot + 3] = c == 't';
           }
         }
       } else if (c == '-' || (c >= '0' && c <= '9')) {
@@ -342,12 +356,13 @@ public final class JsonFields implements Serializable {
           if (named.scale() > 18) {
             return null;
           }
-          out[slot] = decimalName(Math.max(named.precision(), named.scale()), named.scale());
+          typed(out, slot, decimalName(Math.max(named.precision(), named.scale()), named.scale()),
+              kinds[field] == 'i' || kinds[field] == 'f');
           if (kinds[field] == 'i') {
-            out[slot + 1] = d.doubleValue();
-            out[slot + 2] = d.setScale(0, RoundingMode.DOWN).longValueExact();
+            out[slot + 3] = d.doubleValue();
+            out[slot + 4] = d.setScale(0, RoundingMode.DOWN).longValueExact();
           } else if (kinds[field] == 'f') {
-            out[slot + 1] = d.doubleValue();
+            out[slot + 3] = d.doubleValue();
           }
         } else if (field >= 0) {
           if (intEnd - digits > 18) {
@@ -360,12 +375,12 @@ public final class JsonFields implements Serializable {
           if (digits != vs) {
             value = -value;
           }
-          out[slot] = U_BIGINT;
+          typed(out, slot, U_BIGINT, kinds[field] == 'i' || kinds[field] == 'f');
           if (kinds[field] == 'i') {
-            out[slot + 1] = (double) value;
-            out[slot + 2] = value;
+            out[slot + 3] = (double) value;
+            out[slot + 4] = value;
           } else if (kinds[field] == 'f') {
-            out[slot + 1] = (double) value;
+            out[slot + 3] = (double) value;
           }
         }
       } else {
@@ -384,6 +399,17 @@ public final class JsonFields implements Serializable {
       }
       i = skipSpace(t, i + 1, n);
     }
+  }
+
+  /** A field's place in a row: its type, missing and of-its-kind flags, then its values. */
+  private int slots(int field) {
+    return kinds[field] == 'i' ? 5 : 4;
+  }
+
+  private static void typed(Object[] out, int slot, UTF8String type, boolean ofItsKind) {
+    out[slot] = type;
+    out[slot + 1] = type == U_VOID;
+    out[slot + 2] = ofItsKind;
   }
 
   private static final String ESCAPES = "\"\\/bfnrt";
