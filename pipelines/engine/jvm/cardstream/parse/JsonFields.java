@@ -209,26 +209,49 @@ public final class JsonFields implements Serializable {
     int[] keyEnd = new int[24];
     int[] keyHash = new int[24];
     int keys = 0;
+    Layout lay = layout;
+    boolean on = lay != null;
     while (true) {
       if (i >= n || t[i] != '"') {
         return null;
       }
       int ks = ++i;
       int c = 0;
-      i = nameEnd(t, i, n);
-      if (i < 0) {
-        return null;
-      }
-      int ke = i++;
-      if (ke - ks > 1000) {
-        return null; // Jackson limits a name's length
-      }
-      int h = nameHash(t, ks, ke);
-      for (int j = 0; j < keys; j++) {
-        if (keyHash[j] == h && Arrays.equals(t, keyStart[j], keyEnd[j], t, ks, ke)) {
-          return null; // a repeated name: the builder's setting decides
+      int ke;
+      int h;
+      int field = -1;
+      int slot = 1;
+      if (on && keys < lay.names.length && isName(t, ks, n, lay.names[keys])) {
+        // the layout's next name: valid, and no repeat (the layout's names are unique, and this
+        // record's names so far are the layout's first ones)
+        ke = ks + lay.names[keys].length;
+        h = lay.hashes[keys];
+        field = lay.fields[keys];
+        slot = lay.slots[keys];
+      } else {
+        on = false;
+        ke = nameEnd(t, ks, n);
+        if (ke < 0) {
+          return null;
+        }
+        if (ke - ks > 1000) {
+          return null; // Jackson limits a name's length
+        }
+        h = nameHash(t, ks, ke);
+        for (int j = 0; j < keys; j++) {
+          if (keyHash[j] == h && Arrays.equals(t, keyStart[j], keyEnd[j], t, ks, ke)) {
+            return null; // a repeated name: the builder's setting decides
+          }
+        }
+        for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
+          if (nameHashes[f] == h && Arrays.equals(t, ks, ke, nameBytes[f], 0, nameBytes[f].length)) {
+            field = f;
+            slot = k;
+            break;
+          }
         }
       }
+      i = ke + 1;
       if (keys == keyStart.length) {
         keyStart = Arrays.copyOf(keyStart, keys * 2);
         keyEnd = Arrays.copyOf(keyEnd, keys * 2);
@@ -237,15 +260,6 @@ public final class JsonFields implements Serializable {
       keyStart[keys] = ks;
       keyEnd[keys] = ke;
       keyHash[keys++] = h;
-      int field = -1;
-      int slot = 1;
-      for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
-        if (nameHashes[f] == h && Arrays.equals(t, ks, ke, nameBytes[f], 0, nameBytes[f].length)) {
-          field = f;
-          slot = k;
-          break;
-        }
-      }
       i = skipSpace(t, i, n);
       if (i >= n || t[i] != ':') {
         return null;
@@ -392,13 +406,78 @@ public final class JsonFields implements Serializable {
       }
       c = t[i];
       if (c == '}') {
-        return skipSpace(t, i + 1, n) == n ? out : null;
+        if (skipSpace(t, i + 1, n) != n) {
+          return null;
+        }
+        if (!on) {
+          layout = learn(t, keyStart, keyEnd, keyHash, keys);
+        }
+        return out;
       }
       if (c != ',') {
         return null;
       }
       i = skipSpace(t, i + 1, n);
     }
+  }
+
+  /** The names of a plain object, in order, with the field each one is (-1: none asked for) and its
+   *  slot. Producers write every record's names in one order: a name that is the layout's next is
+   *  known by comparing its bytes, without finding its end, hashing it or searching the fields. */
+  private static final class Layout {
+    final byte[][] names;
+    final int[] hashes;
+    final int[] fields;
+    final int[] slots;
+
+    Layout(int n) {
+      names = new byte[n][];
+      hashes = new int[n];
+      fields = new int[n];
+      slots = new int[n];
+    }
+  }
+
+  /** The last plain object's layout (records of one producer share it); read and replaced whole. */
+  private transient volatile Layout layout;
+
+  private Layout learn(byte[] t, int[] keyStart, int[] keyEnd, int[] keyHash, int keys) {
+    Layout out = new Layout(keys);
+    for (int j = 0; j < keys; j++) {
+      out.names[j] = Arrays.copyOfRange(t, keyStart[j], keyEnd[j]);
+      out.hashes[j] = keyHash[j];
+      out.fields[j] = -1;
+      for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
+        if (nameHashes[f] == keyHash[j] && Arrays.equals(out.names[j], nameBytes[f])) {
+          out.fields[j] = f;
+          out.slots[j] = k;
+          break;
+        }
+      }
+    }
+    return out;
+  }
+
+  /** The name at s is `name`, its closing quote right after it. */
+  private static boolean isName(byte[] t, int s, int n, byte[] name) {
+    int len = name.length;
+    if (s + len >= n || t[s + len] != '"') {
+      return false;
+    }
+    if (len < 8) {
+      for (int j = 0; j < len; j++) {
+        if (t[s + j] != name[j]) {
+          return false;
+        }
+      }
+      return true;
+    }
+    for (int j = 0; j + 8 <= len; j += 8) {
+      if ((long) LONGS.get(t, s + j) != (long) LONGS.get(name, j)) {
+        return false;
+      }
+    }
+    return (long) LONGS.get(t, s + len - 8) == (long) LONGS.get(name, len - 8);
   }
 
   /** A field's place in a row: its type, missing and of-its-kind flags, then its values. */
