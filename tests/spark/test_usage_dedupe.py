@@ -74,6 +74,37 @@ def test_a_copy_counts_again_only_past_the_retention(count):
     assert (c.counted, c.copies) == (2, 1)
 
 
+def test_many_records_with_copies_near_and_far_count_as_a_reference_does(spark, count):
+    """The dedupe reads ahead a few records (their slots' cache lines) and counts them in order: a
+    copy right behind its first, a few records on, far on, in the next batch and after a restart."""
+    import random
+
+    rng = random.Random(7)
+    seen, batches = set(), []
+    for b in range(3):
+        rows, ids = [], []
+        for i in range(3000):
+            r = rng.random()
+            if ids and r < 0.1:
+                txn = ids[-1]  # right behind
+            elif ids and r < 0.2:
+                txn = ids[max(0, len(ids) - rng.randint(2, 40))]  # a few records on, within a read-ahead or past it
+            elif seen and r < 0.25:
+                txn = rng.choice(sorted(seen))  # an earlier batch's
+            else:
+                txn = f"id-{b}-{i}-" + "x" * rng.randint(0, 70)  # ids of many lengths
+            ids.append(txn)
+            rows.append((txn, hash(txn) % 7 == 0, b * 10_000 + i, hash(txn) % 2))  # keyed: one partition an id
+        batches.append(rows)
+        want_new = [t for t in dict.fromkeys(r[0] for r in rows) if t not in seen]
+        c = count(b, rows, tasks=1)
+        assert (c.counted, c.copies) == (len(want_new), len(rows) - len(want_new))
+        assert c.fraud == sum(hash(t) % 7 == 0 for t in want_new)
+        seen |= set(want_new)
+        if b == 1:
+            dedupe.unload_all(spark)
+
+
 def test_copies_are_found_per_partition_and_a_record_keyed_otherwise_is_reported(count):
     c = count(0, [("a", False, 0, 0), ("a", False, 1, 1), ("b", False, 2, 1, b"other"), ("b", False, 3, 1)])
     # "a" sits in two partitions (its key would never put it there): counted in each, and the

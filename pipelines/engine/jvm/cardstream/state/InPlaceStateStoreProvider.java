@@ -849,10 +849,24 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return i < 0 ? 0 : slots[2 * i];
     }
 
+    /** The key's hash, as the table hashes it (`lookup` with a hash computed ahead). */
+    static int hashOf(Object base, long offset, int size) {
+      return hash(base, offset, size);
+    }
+
+    /** The first slot a key of hash h probes: read ahead of its lookup (its cache line on the way). */
+    long slotAt(int h) {
+      return slots[2 * (h & (capacity() - 1))];
+    }
+
     /** `get`, remembering where the key would go when it is absent: `insertLookedUp` places it
      *  there without searching again (the dedupe's new id: one probe sequence, not three). */
     long lookup(Object base, long offset, int size) {
-      int h = hash(base, offset, size);
+      return lookup(base, offset, size, hash(base, offset, size));
+    }
+
+    /** `lookup` of a key whose hash is h. */
+    long lookup(Object base, long offset, int size, int h) {
       int mask = capacity() - 1;
       int free = -1;
       for (int i = h & mask; ; i = (i + 1) & mask) {

@@ -12,6 +12,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
@@ -183,6 +184,17 @@ public final class PartitionDedupe {
     Path tmp;
     Out out;
     private final byte[] value = new byte[8];
+    // records read but not yet counted (`add`, `drain`)
+    private static final int AHEAD = 16;
+    private byte[] held = new byte[AHEAD * 64];
+    private final int[] heldOffset = new int[AHEAD];
+    private final int[] heldSize = new int[AHEAD];
+    private final int[] heldHash = new int[AHEAD];
+    private final long[] heldTs = new long[AHEAD];
+    private final boolean[] heldFraud = new boolean[AHEAD];
+    private int n;
+    private int heldBytes;
+    long touched; // the slots read ahead (kept, so the reads are not optimised away)
 
     Partition(Path dir) {
       this.dir = dir;
@@ -228,6 +240,7 @@ public final class PartitionDedupe {
         this.horizon = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : maxTs - retention;
         batchMaxTs = maxTs;
         counted = fraud = copies = unkeyed = 0;
+        n = heldBytes = 0;
         tmp = dir.resolve("." + batchId + DELTA + ".tmp");
         out = open(tmp, batchId);
       } catch (IOException | RuntimeException e) { // not begun: the next task finds it free, to rebuild
@@ -253,28 +266,56 @@ public final class PartitionDedupe {
       if (!keyed(row, base, offset, size)) {
         unkeyed++;
       }
-      long ref = table.lookup(base, offset, size);
-      if (ref != 0 && table.valueLong(ref) >= horizon) {
-        copies++;
-        return;
+      // held back a few records: each id's slot is read now, so the table's cache misses of
+      // several ids overlap instead of coming one after another (the rows are reused: copied)
+      if (heldBytes + size > held.length) {
+        held = Arrays.copyOf(held, Math.max(held.length * 2, heldBytes + size));
       }
-      long seen = Math.max(ts, horizon); // a copy later in this batch always finds it
-      if (ref != 0) {
-        table.setValueLong(ref, seen);
-      } else {
-        Platform.putLong(value, Platform.BYTE_ARRAY_OFFSET, seen);
-        table.insertLookedUp(table.append(base, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
-      }
-      out.putInt(size);
-      out.put(base, offset, size);
-      out.putLong(seen);
-      counted++;
-      if (!row.isNullAt(3) && row.getBoolean(3)) {
-        fraud++;
+      Platform.copyMemory(base, offset, held, Platform.BYTE_ARRAY_OFFSET + heldBytes, size);
+      int h = InPlaceStateStoreProvider.Table.hashOf(held, Platform.BYTE_ARRAY_OFFSET + heldBytes, size);
+      touched += table.slotAt(h);
+      heldOffset[n] = heldBytes;
+      heldSize[n] = size;
+      heldHash[n] = h;
+      heldTs[n] = ts;
+      heldFraud[n] = !row.isNullAt(3) && row.getBoolean(3);
+      heldBytes += size;
+      if (++n == AHEAD) {
+        drain();
       }
     }
 
+    /** Count the held records, in the order they came. */
+    private void drain() throws IOException {
+      for (int k = 0; k < n; k++) {
+        long offset = Platform.BYTE_ARRAY_OFFSET + heldOffset[k];
+        int size = heldSize[k];
+        long ref = table.lookup(held, offset, size, heldHash[k]);
+        if (ref != 0 && table.valueLong(ref) >= horizon) {
+          copies++;
+          continue;
+        }
+        long seen = Math.max(heldTs[k], horizon); // a copy later in this batch always finds it
+        if (ref != 0) {
+          table.setValueLong(ref, seen);
+        } else {
+          Platform.putLong(value, Platform.BYTE_ARRAY_OFFSET, seen);
+          table.insertLookedUp(table.append(held, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
+        }
+        out.putInt(size);
+        out.put(held, offset, size);
+        out.putLong(seen);
+        counted++;
+        if (heldFraud[k]) {
+          fraud++;
+        }
+      }
+      n = 0;
+      heldBytes = 0;
+    }
+
     synchronized void commit(int snapshotEvery) throws IOException {
+      drain();
       maxTs = batchMaxTs;
       close(out, maxTs);
       out = null;
