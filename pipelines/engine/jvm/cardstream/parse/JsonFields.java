@@ -205,10 +205,13 @@ public final class JsonFields implements Serializable {
     if (i < n && t[i] == '}') {
       return skipSpace(t, i + 1, n) == n ? out : null;
     }
-    int[] keyStart = new int[24];
-    int[] keyEnd = new int[24];
-    int[] keyHash = new int[24];
+    // the names read off the layout, for the repeat check (on it, a record's names are the
+    // layout's first ones: no arrays, nothing allocated but the answers)
+    int[] keyStart = null;
+    int[] keyEnd = null;
+    int[] keyHash = null;
     int keys = 0;
+    int onLayout = 0; // names read on the layout (the first ones)
     Layout lay = layout;
     boolean on = lay != null;
     while (true) {
@@ -238,9 +241,14 @@ public final class JsonFields implements Serializable {
           return null; // Jackson limits a name's length
         }
         h = nameHash(t, ks, ke);
-        for (int j = 0; j < keys; j++) {
-          if (keyHash[j] == h && Arrays.equals(t, keyStart[j], keyEnd[j], t, ks, ke)) {
+        for (int j = 0; j < onLayout; j++) {
+          if (lay.hashes[j] == h && Arrays.equals(lay.names[j], 0, lay.names[j].length, t, ks, ke)) {
             return null; // a repeated name: the builder's setting decides
+          }
+        }
+        for (int j = onLayout; j < keys; j++) {
+          if (keyHash[j - onLayout] == h && Arrays.equals(t, keyStart[j - onLayout], keyEnd[j - onLayout], t, ks, ke)) {
+            return null;
           }
         }
         for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
@@ -252,14 +260,24 @@ public final class JsonFields implements Serializable {
         }
       }
       i = ke + 1;
-      if (keys == keyStart.length) {
-        keyStart = Arrays.copyOf(keyStart, keys * 2);
-        keyEnd = Arrays.copyOf(keyEnd, keys * 2);
-        keyHash = Arrays.copyOf(keyHash, keys * 2);
+      if (on) {
+        onLayout++;
+      } else {
+        int j = keys - onLayout;
+        if (keyStart == null) {
+          keyStart = new int[24];
+          keyEnd = new int[24];
+          keyHash = new int[24];
+        } else if (j == keyStart.length) {
+          keyStart = Arrays.copyOf(keyStart, j * 2);
+          keyEnd = Arrays.copyOf(keyEnd, j * 2);
+          keyHash = Arrays.copyOf(keyHash, j * 2);
+        }
+        keyStart[j] = ks;
+        keyEnd[j] = ke;
+        keyHash[j] = h;
       }
-      keyStart[keys] = ks;
-      keyEnd[keys] = ke;
-      keyHash[keys++] = h;
+      keys++;
       i = skipSpace(t, i, n);
       if (i >= n || t[i] != ':') {
         return null;
@@ -410,7 +428,7 @@ public final class JsonFields implements Serializable {
           return null;
         }
         if (!on) {
-          layout = learn(t, keyStart, keyEnd, keyHash, keys);
+          layout = learn(t, lay, onLayout, keyStart, keyEnd, keyHash, keys);
         }
         return out;
       }
@@ -441,14 +459,20 @@ public final class JsonFields implements Serializable {
   /** The last plain object's layout (records of one producer share it); read and replaced whole. */
   private transient volatile Layout layout;
 
-  private Layout learn(byte[] t, int[] keyStart, int[] keyEnd, int[] keyHash, int keys) {
+  /** This record's layout: its first `onLayout` names the layout's `lay`, the rest in the arrays. */
+  private Layout learn(byte[] t, Layout lay, int onLayout, int[] keyStart, int[] keyEnd, int[] keyHash, int keys) {
     Layout out = new Layout(keys);
     for (int j = 0; j < keys; j++) {
-      out.names[j] = Arrays.copyOfRange(t, keyStart[j], keyEnd[j]);
-      out.hashes[j] = keyHash[j];
+      if (j < onLayout) {
+        out.names[j] = lay.names[j];
+        out.hashes[j] = lay.hashes[j];
+      } else {
+        out.names[j] = Arrays.copyOfRange(t, keyStart[j - onLayout], keyEnd[j - onLayout]);
+        out.hashes[j] = keyHash[j - onLayout];
+      }
       out.fields[j] = -1;
       for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
-        if (nameHashes[f] == keyHash[j] && Arrays.equals(out.names[j], nameBytes[f])) {
+        if (nameHashes[f] == out.hashes[j] && Arrays.equals(out.names[j], nameBytes[f])) {
           out.fields[j] = f;
           out.slots[j] = k;
           break;
