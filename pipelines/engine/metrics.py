@@ -22,6 +22,7 @@ from pipelines.engine.sources import DECISIONS_REJECTED
 
 log = logging.getLogger(__name__)
 _NOTED: dict[tuple[str, int], dict] = {}
+_REJECTED: dict[tuple[str, int], dict] = {}  # (query, batch id) -> {"rejected", "reasons"} (note_rejected)
 NOTED_FIELDS = ("state_rows", "state_memory_bytes", "watermark", "event_time_max")
 
 
@@ -31,6 +32,15 @@ def note_state(query: str, batch_id: int, **figures) -> None:
     for key in [k for k in _NOTED if k[0] == query and k[1] < batch_id]:  # batches that never posted
         del _NOTED[key]
     _NOTED[(query, batch_id)] = {k: v for k, v in figures.items() if k in NOTED_FIELDS}
+
+
+def note_rejected(query: str, batch_id: int, rejected: int, reasons) -> None:
+    """The decisions a batch rejected, counted by the query itself (exactly-once's dedupe counts
+    them in its pass, without the `rejected_decisions` observed metric): its `not_kept` row, as
+    `rejected_row` makes one from the metric, when Spark posts the batch's progress."""
+    for key in [k for k in _REJECTED if k[0] == query and k[1] < batch_id]:  # batches that never posted
+        del _REJECTED[key]
+    _REJECTED[(query, batch_id)] = {"rejected": int(rejected), "reasons": list(reasons)}
 
 
 def iso_ms(ms: int | None) -> str | None:
@@ -78,10 +88,10 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
     }
 
 
-def rejected_row(progress, checkpoints: dict[str, str], job: str) -> dict | None:
+def rejected_row(progress, checkpoints: dict[str, str], job: str, noted: dict | None = None) -> dict | None:
     """The `not_kept` row of the decisions a batch rejected (its `rejected_decisions` observed
-    metric), or None when it rejected none (pure)."""
-    metric = (progress.observedMetrics or {}).get(DECISIONS_REJECTED)
+    metric, or what the query noted itself: `note_rejected`), or None when it rejected none (pure)."""
+    metric = (progress.observedMetrics or {}).get(DECISIONS_REJECTED) or noted
     rejected = int(metric["rejected"] or 0) if metric is not None else 0
     if not rejected:
         return None
@@ -113,7 +123,8 @@ class ProgressRecorder(StreamingQueryListener):
             row = progress_row(event.progress, self.checkpoints)
             row.update(_NOTED.pop((row["query"], row["batch_id"]), {}))
             self._store()["batch_progress"].upsert(row, pk=("query", "batch_id", "ts"))
-            rejected = rejected_row(event.progress, self.checkpoints, self.job)
+            noted = _REJECTED.pop((event.progress.name or "", event.progress.batchId), None)
+            rejected = rejected_row(event.progress, self.checkpoints, self.job, noted)
             if rejected:  # a batch run again after a restart reports its rejects again: one row per batch
                 self._store()["not_kept"].upsert(rejected, pk=("query", "checkpoint", "batch_id", "kind"))
         except Exception as exc:  # metrics must never stop the job

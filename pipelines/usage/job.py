@@ -161,6 +161,7 @@ class UsageJob:
                 metrics.note_state(name, batch_id, state_rows=c.ids, state_memory_bytes=c.bytes,
                                    watermark=metrics.iso_ms(c.horizon_ms(self.s)),
                                    event_time_max=metrics.iso_ms(newest))
+                metrics.note_rejected(name, batch_id, c.rejected, c.reasons)
                 return c.counted, c.fraud
             aggs = count_columns()
             if failing is not None:
@@ -308,13 +309,14 @@ def count_columns() -> list:
 
 
 def counted_stream(source, s: Settings, policy: Guarantee):
-    """Kafka rows of `decisions` -> what a guarantee's query counts: the valid decisions, with
-    their Kafka partition and key when the guarantee deduplicates them (`dedupe.count`, in the
-    batch's own stage: no shuffle, no stateful operator)."""
-    from pipelines.engine.sources import parse_decisions
+    """Kafka rows of `decisions` -> what a guarantee's query counts: the valid decisions; or, when
+    the guarantee deduplicates them, every decision with its Kafka partition and key and the reason
+    it breaks the contract (null: valid), for `dedupe.count`, which counts and reports in the
+    batch's own stage (no shuffle, no stateful operator, no filter or observed metric)."""
+    from pipelines.engine.sources import decision_reasons, parse_decisions
 
     if policy.dedupes_input:
-        return parse_decisions(source, s=s, keep=("partition", "key")).select(*dedupe.COLUMNS)
+        return decision_reasons(source, s).select(*dedupe.COLUMNS)
     return parse_decisions(source, s=s).select("txn_id", "is_fraud", "kafka_ts")
 
 

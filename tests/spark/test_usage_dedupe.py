@@ -17,15 +17,18 @@ T0 = 1_790_000_000_000  # ms
 
 @pytest.fixture
 def count(spark, settings, tmp_path):
-    """count(batch_id, rows, **settings) -> Counted; rows: (txn_id, fraud, ms after T0[, partition[, key]])."""
+    """count(batch_id, rows, **settings) -> Counted; rows: (txn_id, fraud, ms after T0[, partition[, key[,
+    reason]]])."""
     def run(batch_id: int, rows: list[tuple], tasks: int = 1, **over):
         data = []
         for r in rows:
             txn, fraud, ms = r[:3]
             partition = r[3] if len(r) > 3 else 0
-            key = r[4] if len(r) > 4 else txn.encode()
-            data.append((partition, key, txn, fraud, datetime.fromtimestamp((T0 + ms) / 1000, timezone.utc)))
-        df = spark.createDataFrame(data, "partition int, key binary, txn_id string, is_fraud boolean, kafka_ts timestamp")
+            key = r[4] if len(r) > 4 else (txn.encode() if txn is not None else None)
+            reason = r[5] if len(r) > 5 else None
+            data.append((partition, key, txn, fraud, datetime.fromtimestamp((T0 + ms) / 1000, timezone.utc), reason))
+        df = spark.createDataFrame(data, "partition int, key binary, txn_id string, is_fraud boolean, kafka_ts timestamp, "
+                                         "reason string")
         df = df.repartition(tasks) if tasks > 1 else df.coalesce(1)
         return dedupe.count(df, tmp_path / "checkpoint", batch_id, dataclasses.replace(settings, **over))
 
@@ -103,6 +106,19 @@ def test_many_records_with_copies_near_and_far_count_as_a_reference_does(spark, 
         seen |= set(want_new)
         if b == 1:
             dedupe.unload_all(spark)
+
+
+def test_a_record_breaking_the_contract_is_reported_with_its_reason_never_counted(spark, count):
+    """The rejects are counted in the dedupe's own pass (no filter, no observed metric): not counted,
+    no id kept, no time taken from them; each reason once, sorted."""
+    c = count(0, [("a", True, 0), (None, None, 500_000, 0, None, "missing field txn_id"),
+                  ("b", False, 600_000, 1, b"b", "empty card_id"), ("a", False, 2),
+                  (None, None, 3, 1, None, "malformed JSON"), ("", True, 4, 0, b"", "empty txn_id")])
+    assert (c.counted, c.fraud, c.copies, c.rejected) == (1, 1, 1, 4)
+    assert c.reasons == ("empty card_id", "empty txn_id", "malformed JSON", "missing field txn_id")
+    assert c.ids == 1 and c.newest_us == (T0 + 2) * 1000  # the rejects' times are not the partition's
+    c = count(1, [("b", False, 5, 1)])  # "b" was rejected before: counted now, as a first copy
+    assert (c.counted, c.rejected, c.reasons) == (1, 0, ())
 
 
 def test_copies_are_found_per_partition_and_a_record_keyed_otherwise_is_reported(count):

@@ -69,25 +69,32 @@ public final class PartitionDedupe {
 
   /**
    * Count batch `batchId` of `df` (columns partition int, key binary, txn_id string, is_fraud
-   * boolean, kafka_ts timestamp), each txn_id once per Kafka partition within the retention.
-   * Returns {counted, fraud among them, copies not counted, records whose Kafka key is not their
+   * boolean, kafka_ts timestamp, reason string), each txn_id once per Kafka partition within the
+   * retention; a record with a reason (it breaks the contract) is not counted but reported.
+   * Returns {{counted, fraud among them, copies not counted, records whose Kafka key is not their
    * txn_id (their copies may sit in another partition), ids held, bytes they take, the newest
-   * Kafka time (µs; Long.MIN_VALUE before any)}: the last three over every partition reported.
+   * Kafka time (µs; Long.MIN_VALUE before any), records rejected}, their reasons (sorted)}: ids,
+   * bytes and newest over every partition reported. Why the rejects here: counted in the same pass,
+   * the batch needs no filter and no observed metric (a stage and a copy of every row fewer).
    */
-  public static long[] count(Dataset<Row> df, String dir, long batchId, long retentionMs, int snapshotEvery) {
+  public static Object[] count(Dataset<Row> df, String dir, long batchId, long retentionMs, int snapshotEvery) {
     if (snapshotEvery < 1 || retentionMs < 0 || batchId < 0) {
       throw new IllegalArgumentException("PartitionDedupe: batch " + batchId + ", retention " + retentionMs
           + " ms, a snapshot every " + snapshotEvery + " deltas");
     }
     final String root = Paths.get(dir).toAbsolutePath().toString();
     final long retention = retentionMs * 1000; // Spark timestamps are µs
-    FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, root, batchId, retention, snapshotEvery);
-    List<long[]> parts = df.select("partition", "key", "txn_id", "is_fraud", "kafka_ts")
+    FlatMapFunction<Iterator<InternalRow>, Object[]> task = rows -> run(rows, root, batchId, retention, snapshotEvery);
+    List<Object[]> parts = df.select("partition", "key", "txn_id", "is_fraud", "kafka_ts", "reason")
         .queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
-    long[] total = new long[7];
+    long[] total = new long[8];
     Map<Long, Integer> seen = new HashMap<>();
     Map<Long, long[]> reported = REPORTED.computeIfAbsent(root, k -> new ConcurrentHashMap<>());
-    for (long[] p : parts) {
+    java.util.TreeSet<String> reasons = new java.util.TreeSet<>();
+    for (Object[] part : parts) {
+      long[] p = (long[]) part[0];
+      total[7] += p[8];
+      reasons.addAll(Arrays.asList((String[]) part[1]));
       if (seen.merge(p[0], 1, Integer::sum) > 1) {
         // two tasks wrote the same partition's delta: neither holds the other's ids
         drop(root, (int) p[0], batchId);
@@ -106,7 +113,7 @@ public final class PartitionDedupe {
       total[5] += r[1];
       total[6] = Math.max(total[6], r[2]);
     }
-    return total;
+    return new Object[] {total, reasons.toArray(new String[0])};
   }
 
   /** Forget every loaded table (the files stay): a bench between runs, a test between "restarts". */
@@ -130,7 +137,7 @@ public final class PartitionDedupe {
     }
   }
 
-  private static Iterator<long[]> run(Iterator<InternalRow> rows, String root, long batchId, long retention,
+  private static Iterator<Object[]> run(Iterator<InternalRow> rows, String root, long batchId, long retention,
                                       int snapshotEvery) throws IOException {
     Map<Integer, Partition> open = new TreeMap<>();
     Partition cur = null;
@@ -150,12 +157,12 @@ public final class PartitionDedupe {
         }
         cur.add(row);
       }
-      List<long[]> out = new ArrayList<>();
+      List<Object[]> out = new ArrayList<>();
       for (Map.Entry<Integer, Partition> e : open.entrySet()) {
         Partition p = e.getValue();
         p.commit(snapshotEvery);
-        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.table.size, p.table.bytes(),
-            p.maxTs});
+        out.add(new Object[] {new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.table.size,
+            p.table.bytes(), p.maxTs, p.rejected}, p.reasons.toArray(new String[0])});
       }
       return out.iterator();
     } finally {
@@ -181,6 +188,8 @@ public final class PartitionDedupe {
     long horizon;                     // a first copy older than this no longer holds its id
     long batchMaxTs;
     long counted, fraud, copies, unkeyed;
+    long rejected;                    // records breaking the contract: not counted, their reasons kept
+    final java.util.Set<String> reasons = new java.util.HashSet<>();
     Path tmp;
     Out out;
     private final byte[] value = new byte[8];
@@ -239,7 +248,8 @@ public final class PartitionDedupe {
         this.batchId = batchId;
         this.horizon = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : maxTs - retention;
         batchMaxTs = maxTs;
-        counted = fraud = copies = unkeyed = 0;
+        counted = fraud = copies = unkeyed = rejected = 0;
+        reasons.clear();
         n = heldBytes = 0;
         tmp = dir.resolve("." + batchId + DELTA + ".tmp");
         out = open(tmp, batchId);
@@ -252,6 +262,11 @@ public final class PartitionDedupe {
     }
 
     void add(InternalRow row) throws IOException {
+      if (!row.isNullAt(5)) { // breaks the contract: reported, never counted, no part of the state
+        rejected++;
+        reasons.add(row.getUTF8String(5).toString());
+        return;
+      }
       if (row.isNullAt(2)) {
         throw new IllegalStateException("PartitionDedupe: a decision without a txn_id reached the dedupe");
       }
