@@ -149,10 +149,10 @@ class UsageJob:
         def counts(df, batch_id, failing) -> tuple[int, int]:
             """(decisions, fraud) of the batch: deduplicated per Kafka partition when the guarantee
             says so, else aggregated as it is; an injected task failure fails a task of that job."""
+            from pipelines.engine import metrics  # deferred with pyspark, as in `run`
+
             msg = f"task-failure injected into {name} batch {batch_id}"
             if policy.dedupes_input:
-                from pipelines.engine import metrics  # deferred with pyspark, as in `run`
-
                 if failing is not None:
                     df = df.withColumn("is_fraud", F.coalesce(F.raise_error(F.lit(msg)).cast("boolean"),
                                                               F.col("is_fraud")))
@@ -167,6 +167,10 @@ class UsageJob:
             if failing is not None:
                 aggs.append(F.sum(F.coalesce(F.raise_error(F.lit(msg)).cast("long"), F.lit(0))).alias("x"))
             row = df.agg(*aggs).collect()[0]
+            if row["r"]:  # rejects are rare: their reasons from a second pass over the batch only then
+                rejected = df.where(F.col("reason").isNotNull()).select("reason").distinct()
+                reasons = [r["reason"] for r in rejected.collect()]
+                metrics.note_rejected(name, batch_id, int(row["r"]), sorted(reasons))
             return int(row["n"]), int(row["f"])
 
         def handle(df, batch_id):
@@ -302,22 +306,26 @@ def spark_conf(s: Settings) -> dict[str, str]:
 
 
 def count_columns() -> list:
-    """A guarantee query's batch, aggregated in the JVM: n (decisions) and f (of them fraud)."""
+    """A guarantee query's batch, aggregated in the JVM: n (valid decisions), f (of them fraud) and r
+    (decisions breaking the contract: a `reason`)."""
     from pyspark.sql import functions as F
 
-    return [F.count(F.lit(1)).alias("n"), F.coalesce(F.sum(F.col("is_fraud").cast("long")), F.lit(0)).alias("f")]
+    valid = F.col("reason").isNull()
+    fraud = F.coalesce(F.sum(F.when(valid, F.col("is_fraud").cast("long"))), F.lit(0))
+    return [F.count_if(valid).alias("n"), fraud.alias("f"), F.count_if(~valid).alias("r")]
 
 
 def counted_stream(source, s: Settings, policy: Guarantee):
-    """Kafka rows of `decisions` -> what a guarantee's query counts: the valid decisions; or, when
-    the guarantee deduplicates them, every decision with its Kafka partition and key and the reason
-    it breaks the contract (null: valid), for `dedupe.count`, which counts and reports in the
-    batch's own stage (no shuffle, no stateful operator, no filter or observed metric)."""
-    from pipelines.engine.sources import decision_reasons, parse_decisions
+    """Kafka rows of `decisions` -> what a guarantee's query counts: every decision with the reason
+    it breaks the contract (null: valid), and its Kafka partition and key when the guarantee
+    deduplicates them. The valid ones are counted and the rest reported in the batch's own pass
+    (`count_columns`; `dedupe.count`, in the stage that reads each partition): no filter and no
+    observed metric, which cost a stage and a copy of every row."""
+    from pipelines.engine.sources import decision_reasons
 
     if policy.dedupes_input:
         return decision_reasons(source, s).select(*dedupe.COLUMNS)
-    return parse_decisions(source, s=s).select("txn_id", "is_fraud", "kafka_ts")
+    return decision_reasons(source, s).select("txn_id", "is_fraud", "kafka_ts", "reason")
 
 
 def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeout_s: float = 180.0,
@@ -354,8 +362,9 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
 
 
 def _safe_count(df) -> int:
+    """The batch's valid decisions (what it would have counted), for the drop record."""
     try:
-        return int(df.count())
+        return int(df.where(df["reason"].isNull()).count())
     except Exception:  # noqa: BLE001 - only for the drop record
         return 0
 
