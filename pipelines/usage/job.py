@@ -7,7 +7,8 @@ All queries read the Kafka `decisions` topic (read_committed) side by side in on
 application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
 and its own row in `usage_counts`. Each micro-batch is aggregated in the JVM (count,
 sum(is_fraud); exactly-once counts each txn_id once in the same stage, per Kafka partition:
-`pipelines.usage.dedupe`); only those two numbers reach the driver, where the guarantee's policy object
+`pipelines.usage.dedupe`; the decisions breaking the contract counted in the same pass and their
+reasons stored in `not_kept`); only those numbers reach the driver, where the guarantee's policy object
 (`pipelines.guarantees`) decides what the sink does with them. Every batch the sink is handed
 goes into the sink ledger with its Kafka offset range from Spark's offset log, which is what the
 auditor checks the counts against.
