@@ -35,9 +35,10 @@ def note_state(query: str, batch_id: int, **figures) -> None:
 
 
 def note_rejected(query: str, batch_id: int, rejected: int, reasons) -> None:
-    """The decisions a batch rejected, counted by the query itself (exactly-once's dedupe counts
-    them in its pass, without the `rejected_decisions` observed metric): its `not_kept` row, as
-    `rejected_row` makes one from the metric, when Spark posts the batch's progress."""
+    """The decisions a batch rejected, counted by the query itself (the usage job's guarantee
+    queries count them in their own pass, without the `rejected_decisions` observed metric): its
+    `not_kept` row, as `rejected_row` makes one from the metric, when Spark posts the batch's
+    progress."""
     for key in [k for k in _REJECTED if k[0] == query and k[1] < batch_id]:  # batches that never posted
         del _REJECTED[key]
     _REJECTED[(query, batch_id)] = {"rejected": int(rejected), "reasons": list(reasons)}

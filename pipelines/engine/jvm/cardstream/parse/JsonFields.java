@@ -65,7 +65,7 @@ public final class JsonFields implements Serializable {
 
   private final String[] names;
   private final byte[][] nameBytes;
-  private final int[] nameHashes; // 31 * h + byte over each name's bytes, as the scan hashes a key
+  private final int[] nameHashes; // each name's nameHash, as the scan hashes a name it reads
   private final char[] kinds;
   private final int width;
   private final Object[] absent; // an object's answers before its fields are read: each one absent
