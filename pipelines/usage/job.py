@@ -324,9 +324,10 @@ def counted_stream(source, s: Settings, policy: Guarantee):
     observed metric, which cost a stage and a copy of every row."""
     from pipelines.engine.sources import decision_reasons
 
+    checked = decision_reasons(source, s)
     if policy.dedupes_input:
-        return decision_reasons(source, s).select(*dedupe.COLUMNS)
-    return decision_reasons(source, s).select("txn_id", "is_fraud", "kafka_ts", "reason")
+        return checked.select(*dedupe.COLUMNS)
+    return checked.select("txn_id", "is_fraud", "kafka_ts", "reason")
 
 
 def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeout_s: float = 180.0,

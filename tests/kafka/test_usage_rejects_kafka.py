@@ -12,6 +12,7 @@ from bench.harness.jobs import decision, producer
 from controlplane import fencing
 from pipelines import guarantees
 from pipelines.engine import metrics
+from pipelines.usage import dedupe
 from pipelines.usage.job import UsageJob, checkpoint_dir
 
 
@@ -47,8 +48,6 @@ def test_rejected_decisions_are_not_counted_and_are_stored_per_guarantee(kafka, 
             time.sleep(0.2)
     finally:
         spark.streams.removeListener(recorder)
-        from pipelines.usage import dedupe
-
         dedupe.unload_all(spark)
 
     counts = guarantees.counts(job.db)

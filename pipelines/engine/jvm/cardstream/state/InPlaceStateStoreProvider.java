@@ -859,13 +859,9 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return slots[2 * (h & (capacity() - 1))];
     }
 
-    /** `get`, remembering where the key would go when it is absent: `insertLookedUp` places it
-     *  there without searching again (the dedupe's new id: one probe sequence, not three). */
-    long lookup(Object base, long offset, int size) {
-      return lookup(base, offset, size, hash(base, offset, size));
-    }
-
-    /** `lookup` of a key whose hash is h. */
+    /** `get` of a key whose hash is h (`hashOf`), remembering where the key would go when it is
+     *  absent: `insertLookedUp` places it there without searching again (the dedupe's new id: one
+     *  probe sequence, not three). */
     long lookup(Object base, long offset, int size, int h) {
       int mask = capacity() - 1;
       int free = -1;
