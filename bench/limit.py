@@ -53,12 +53,14 @@ def consume_rate(s, topic: str, n: int, timeout: float) -> float:
 
 
 def noop_query(spark, topic: str, s):
-    """Spark's Kafka source (as the jobs read it) into the `noop` sink, from the earliest offset:
-    every record read and materialised, nothing done with it; trigger 0 s."""
+    """Spark's Kafka source (as the usage job's guarantee queries read it: no headers) into the
+    `noop` sink, from the earliest offset: every record read and materialised, nothing done with
+    it; trigger 0 s."""
     # deferred: pyspark (and its JVM) loads only where Spark runs
     from pipelines.engine.sources import read_kafka
 
-    return (read_kafka(spark, topic, s, starting_offsets="earliest", max_offsets_per_trigger=s.usage_max_offsets)
+    return (read_kafka(spark, topic, s, starting_offsets="earliest", max_offsets_per_trigger=s.usage_max_offsets,
+                       headers=False)
             .select("key", "value", "partition", "offset", "timestamp")
             .writeStream.format("noop").trigger(processingTime="0 seconds").start())
 

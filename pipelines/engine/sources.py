@@ -43,6 +43,8 @@ from infra.histories import HISTORY_MIN_EVENT_TIME_MS, REPLAY_HEADER
 _SPARK_TYPES = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
 _KINDS = {str: "str", int: "int", float: "float", bool: "bool"}
 _VALUE_PREFIX = {str: "s", bool: "b"}
+# the fields of a decision the usage job reads (and DecisionCheck checks)
+DECISION_CHECKED = ("txn_id", "card_id", "event_time", "is_fraud")
 DECISIONS_REJECTED = "rejected_decisions"  # the observed metric of parse_decisions
 
 
@@ -55,7 +57,9 @@ TRANSACTION_SCHEMA = schema_of(TRANSACTION_FIELDS)
 
 def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
                starting_offsets: str = "earliest", max_offsets_per_trigger: int | None = None,
-               fail_on_data_loss: bool = True, **options) -> DataFrame:
+               fail_on_data_loss: bool = True, headers: bool = True, **options) -> DataFrame:
+    """The Kafka source on `topic`; `headers` False when the reader never looks at them (the
+    usage job's guarantee queries): the source then builds no headers array per record."""
     s = s or load()
     reader = spark.readStream.format("kafka").options(**kafka_client.spark_options(s))
     # read_committed: a transactional writer's aborted records (the fraud job's decisions of a
@@ -71,7 +75,7 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
               .option("startingOffsets", starting_offsets)
               # the records' headers (a replay's REPLAY_HEADER: its own time rule, see
               # infra/contracts.py): one more column, null for a record without headers
-              .option("includeHeaders", "true")
+              .option("includeHeaders", str(headers).lower())
               .option("failOnDataLoss", str(fail_on_data_loss).lower()))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -106,18 +110,8 @@ def json_fields(spark: SparkSession, fields: dict[str, type]):
     flat object read by a scan of its bytes, anything else parsed by Spark's own VariantBuilder),
     without a JsonFactory per record, the Literal and Cast objects Spark's variant cast makes for
     every value it converts, or a Java UDF's conversion of its input and result."""
-    duplicates, unicode = (spark.conf.get(f"spark.sql.variant.{k}").lower() == "true"
-                           for k in ("allowDuplicateKeys", "validateUnicodeInJsonParsing"))
-    gateway, jvm = spark.sparkContext._gateway, spark._jvm
-
-    def strings(values: list[str]):
-        array = gateway.new_array(jvm.java.lang.String, len(values))
-        for i, v in enumerate(values):
-            array[i] = v
-        return array
-
-    function = jvm.cardstream.parse.JsonFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]),
-                                               duplicates, unicode)
+    jvm = spark._jvm
+    function = _reader(spark, fields)
     struct = spark._jsparkSession.parseDataType(json_fields_type(fields).json())
     exprs = jvm.org.apache.spark.sql.classic.ExpressionUtils
 
@@ -129,6 +123,33 @@ def json_fields(spark: SparkSession, fields: dict[str, type]):
             exprs.expression(binary._jc), function, struct)))
 
     return call
+
+
+def _reader(spark: SparkSession, fields: dict[str, type]):
+    """The JVM reader cardstream.parse.JsonFields of `fields`, with the session's variant settings."""
+    duplicates, unicode = (spark.conf.get(f"spark.sql.variant.{k}").lower() == "true"
+                           for k in ("allowDuplicateKeys", "validateUnicodeInJsonParsing"))
+    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+
+    def strings(values: list[str]):
+        array = gateway.new_array(jvm.java.lang.String, len(values))
+        for i, v in enumerate(values):
+            array[i] = v
+        return array
+
+    return jvm.cardstream.parse.JsonFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]),
+                                           duplicates, unicode)
+
+
+def decision_check(spark: SparkSession, s: Settings | None = None):
+    """The decision contract's verdict in the JVM (cardstream.parse.DecisionCheck): valid or not,
+    over the same reader's answers and bounds as `decision_reasons`, for a guarantee query that
+    counts a batch of Kafka rows in one pass (pipelines/usage). `decision_reasons` names the reasons
+    of the records it refuses; tests/spark/test_decision_check.py compares the two verdicts."""
+    s = s or load()
+    fields = {k: DECISION_FIELDS[k] for k in DECISION_CHECKED}
+    return spark._jvm.cardstream.parse.DecisionCheck(_reader(spark, fields), MAX_PAYLOAD_BYTES, MAX_ID_BYTES,
+                                                     DECISION_MIN_EVENT_TIME_MS, s.validation_future_seconds * 1000)
 
 
 # ------------------------------------------------------------------ the contract as expressions
@@ -270,8 +291,7 @@ def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *,
     return df.select("raw", "kafka_ts", "partition", "offset", *TRANSACTION_FIELDS, F.col("_reason").alias("dlq_reason"))
 
 
-def decision_reasons(kafka_df: DataFrame, s: Settings | None = None,
-                     fields=("txn_id", "card_id", "event_time", "is_fraud"), *,
+def decision_reasons(kafka_df: DataFrame, s: Settings | None = None, fields=DECISION_CHECKED, *,
                      now_ms: int | Column | None = None) -> DataFrame:
     """Kafka rows of `decisions` -> `fields` typed, `kafka_ts`, `partition`, `offset`, `key` and
     `reason` (null: valid).
@@ -290,7 +310,7 @@ def decision_reasons(kafka_df: DataFrame, s: Settings | None = None,
     return df.select(*fields, "kafka_ts", "partition", "offset", "key", F.col("_reason").alias("reason"))
 
 
-def parse_decisions(kafka_df: DataFrame, fields=("txn_id", "card_id", "event_time", "is_fraud"),
+def parse_decisions(kafka_df: DataFrame, fields=DECISION_CHECKED,
                     s: Settings | None = None, keep=()) -> DataFrame:
     """Kafka rows of `decisions` -> the few columns the usage job needs, plus the record's
     Kafka timestamp (`kafka_ts`), `event_ts` (JVM-side JSON parsing and validation) and the

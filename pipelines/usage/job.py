@@ -5,10 +5,12 @@
 
 All queries read the Kafka `decisions` topic (read_committed) side by side in one Spark
 application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
-and its own row in `usage_counts`. Each micro-batch is aggregated in the JVM (count,
-sum(is_fraud); exactly-once counts each txn_id once in the same stage, per Kafka partition:
-`pipelines.usage.dedupe`; the decisions breaking the contract counted in the same pass and their
-reasons stored in `not_kept`); only those numbers reach the driver, where the guarantee's policy object
+and its own row in `usage_counts`. Each micro-batch of Kafka rows is checked against the decision
+contract and counted in the JVM in one pass, in the stage that reads it (`tally`; exactly-once
+counts each txn_id once, per Kafka partition: `pipelines.usage.dedupe`); the decisions breaking
+the contract are counted in that pass, and only when there are some a second pass over the batch
+names their reasons (`rejected_reasons`, stored in `not_kept`). Only those numbers reach the
+driver, where the guarantee's policy object
 (`pipelines.guarantees`) decides what the sink does with them. Every batch the sink is handed
 goes into the sink ledger with its Kafka offset range from Spark's offset log, which is what the
 auditor checks the counts against.
@@ -145,34 +147,32 @@ class UsageJob:
     def batch_handler(self, policy: Guarantee):
         from pyspark.sql import functions as F
 
+        from pipelines.engine.sources import decision_check
+
         name, checkpoint = policy.query, checkpoint_dir(self.s, policy.query)
+        check = decision_check(self.spark, self.s)
 
         def counts(df, batch_id, failing) -> tuple[int, int]:
-            """(decisions, fraud) of the batch: deduplicated per Kafka partition when the guarantee
-            says so, else aggregated as it is; an injected task failure fails a task of that job."""
+            """(decisions, fraud) of the batch of Kafka rows: checked and deduplicated per Kafka
+            partition when the guarantee says so, else checked and counted as it is, in one pass; an
+            injected task failure fails a task of that job."""
             from pipelines.engine import metrics  # deferred with pyspark, as in `run`
 
-            msg = f"task-failure injected into {name} batch {batch_id}"
+            if failing is not None:
+                msg = f"task-failure injected into {name} batch {batch_id}"
+                df = df.withColumn("value", F.coalesce(F.raise_error(F.lit(msg)).cast("binary"), F.col("value")))
             if policy.dedupes_input:
-                if failing is not None:
-                    df = df.withColumn("is_fraud", F.coalesce(F.raise_error(F.lit(msg)).cast("boolean"),
-                                                              F.col("is_fraud")))
-                c = dedupe.count(df, checkpoint, batch_id, self.s)
+                c = dedupe.count(df, check, checkpoint, batch_id, self.s)
                 newest = c.newest_us // 1000 if c.newest_us >= 0 else None
                 metrics.note_state(name, batch_id, state_rows=c.ids, state_memory_bytes=c.bytes,
                                    watermark=metrics.iso_ms(c.horizon_ms(self.s)),
                                    event_time_max=metrics.iso_ms(newest))
-                metrics.note_rejected(name, batch_id, c.rejected, c.reasons)
-                return c.counted, c.fraud
-            aggs = count_columns()
-            if failing is not None:
-                aggs.append(F.sum(F.coalesce(F.raise_error(F.lit(msg)).cast("long"), F.lit(0))).alias("x"))
-            row = df.agg(*aggs).collect()[0]
-            if row["r"]:  # rejects are rare: their reasons from a second pass over the batch only then
-                rejected = df.where(F.col("reason").isNotNull()).select("reason").distinct()
-                reasons = [r["reason"] for r in rejected.collect()]
-                metrics.note_rejected(name, batch_id, int(row["r"]), sorted(reasons))
-            return int(row["n"]), int(row["f"])
+                counted, fraud, rejected = c.counted, c.fraud, c.rejected
+            else:
+                counted, fraud, rejected = tally(df, check)
+            if rejected:  # rejects are rare: their reasons from a second pass over the batch only then
+                metrics.note_rejected(name, batch_id, rejected, rejected_reasons(df, self.s, rejected, name))
+            return counted, fraud
 
         def handle(df, batch_id):
             db = self.store_for(name)
@@ -183,7 +183,7 @@ class UsageJob:
             except Exception as exc:
                 if failing is not None:
                     self.faults.task_failure_done(db, policy.name, failing, batch_id)
-                policy.failed(db, dataclasses.replace(batch, processed=_safe_count(df)), self.epoch,
+                policy.failed(db, dataclasses.replace(batch, processed=_safe_count(df, check)), self.epoch,
                               RuntimeError(first_line(exc)) if policy.drops_failed_batches else exc)
                 return
             if failing is not None:  # an empty batch raised nothing: keep the hook armed
@@ -220,8 +220,8 @@ class UsageJob:
             elif self.amo_from_earliest:
                 starting = "earliest"
         self.check_bound(policy.query, policy.keeps_checkpoint)
-        stream = counted_stream(read_kafka(self.spark, topic, s, starting_offsets=starting,
-                                           max_offsets_per_trigger=s.usage_max_offsets), s, policy)
+        stream = read_kafka(self.spark, topic, s, starting_offsets=starting, max_offsets_per_trigger=s.usage_max_offsets,
+                            headers=False)
         return (stream.writeStream.queryName(policy.query)
                 .foreachBatch(self.batch_handler(policy))
                 .option("checkpointLocation", str(checkpoint))
@@ -306,28 +306,27 @@ def spark_conf(s: Settings) -> dict[str, str]:
             "spark.sql.streaming.stateStore.providerClass": STATE_STORES[s.usage_state_store]}
 
 
-def count_columns() -> list:
-    """A guarantee query's batch, aggregated in the JVM: n (valid decisions), f (of them fraud) and r
-    (decisions breaking the contract: a `reason`)."""
+def tally(df, check) -> tuple[int, int, int]:
+    """A batch of Kafka rows of `decisions` -> (valid decisions, of them fraud, records breaking the
+    contract), checked (`check`: sources.decision_check) and counted in the JVM in one pass over the
+    source's rows: no generated rule, no row built for an aggregation, no filter."""
+    valid, fraud, rejected = df.sparkSession._jvm.cardstream.parse.DecisionCheck.count(df._jdf, check)
+    return int(valid), int(fraud), int(rejected)
+
+
+def rejected_reasons(df, s: Settings, rejected: int, query: str) -> list[str]:
+    """The reasons, each once and sorted, the contract's expressions (`decision_reasons`) give the
+    batch's records that break it: a second pass over the batch, run only when it has some. A count
+    that differs from the one pass's `rejected` is logged (the two verdicts are tested equal)."""
     from pyspark.sql import functions as F
 
-    valid = F.col("reason").isNull()
-    fraud = F.coalesce(F.sum(F.when(valid, F.col("is_fraud").cast("long"))), F.lit(0))
-    return [F.count_if(valid).alias("n"), fraud.alias("f"), F.count_if(~valid).alias("r")]
-
-
-def counted_stream(source, s: Settings, policy: Guarantee):
-    """Kafka rows of `decisions` -> what a guarantee's query counts: every decision with the reason
-    it breaks the contract (null: valid), and its Kafka partition and key when the guarantee
-    deduplicates them. The valid ones are counted and the rest reported in the batch's own pass
-    (`count_columns`; `dedupe.count`, in the stage that reads each partition): no filter and no
-    observed metric, which cost a stage and a copy of every row."""
     from pipelines.engine.sources import decision_reasons
 
-    checked = decision_reasons(source, s)
-    if policy.dedupes_input:
-        return checked.select(*dedupe.COLUMNS)
-    return checked.select("txn_id", "is_fraud", "kafka_ts", "reason")
+    rows = (decision_reasons(df, s).where(F.col("reason").isNotNull()).groupBy("reason").count().collect())
+    if sum(r["count"] for r in rows) != rejected:
+        log.error("%s: the batch's count rejected %d decisions, the contract's expressions %d (%s)", query,
+                  rejected, sum(r["count"] for r in rows), ", ".join(sorted(r["reason"] for r in rows)))
+    return sorted(r["reason"] for r in rows)
 
 
 def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeout_s: float = 180.0,
@@ -339,6 +338,7 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
 
     from infra.contracts import DECISION_FIELDS
     from pipelines.engine.rehearsal import kafka_rows, run_to_end, scratch_stream
+    from pipelines.engine.sources import decision_check
     from pipelines.usage import windows as W
 
     now = int(time.time() * 1000)
@@ -347,13 +347,14 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
                   "produced_at": now - 100, "decided_at": now - 50, "score": 0.1, "is_fraud": i % 5 == 0,
                   "is_late": False} for i in range(32)]
     rows = kafka_rows([(d["txn_id"].encode(), json.dumps(d).encode()) for d in decisions], now)
+    check = decision_check(spark, s)
     with scratch_stream(spark, s, rows, JOB) as (source, tmp):
         def counter(p: Guarantee):
             if p.dedupes_input:
-                return lambda df, batch_id: dedupe.count(df, Path(tmp) / p.query, batch_id, s)
-            return lambda df, _: df.agg(*count_columns()).collect()
+                return lambda df, batch_id: dedupe.count(df, check, Path(tmp) / p.query, batch_id, s)
+            return lambda df, _: tally(df, check)
 
-        plans = {p.query: (counted_stream(source, s, p), counter(p)) for p in policies}
+        plans = {p.query: (source, counter(p)) for p in policies}
         if windows:
             plans[W.QUERY] = (W.windowed_stream(source, s),
                               lambda df, _: W.batch_results(df, None, s.session_gap_seconds))
@@ -363,10 +364,10 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
         return run_to_end(queries, timeout_s, cancel)
 
 
-def _safe_count(df) -> int:
+def _safe_count(df, check) -> int:
     """The batch's valid decisions (what it would have counted), for the drop record."""
     try:
-        return int(df.where(df["reason"].isNull()).count())
+        return tally(df, check)[0]
     except Exception:  # noqa: BLE001 - only for the drop record
         return 0
 

@@ -1,15 +1,18 @@
 """Exactly-once's dedupe per Kafka partition (pipelines.usage.dedupe, the JVM class
-cardstream.state.PartitionDedupe) on the real session: batches shaped as the query hands them
-(partition, key, txn_id, is_fraud, kafka_ts), counted against the ids kept in files beside a
-checkpoint folder; "a restart" forgets the loaded tables so the next batch reads the files."""
+cardstream.state.PartitionDedupe) on the real session: batches shaped as the Kafka source hands
+them (key, value, partition, timestamp), checked against the decision contract and counted against
+the ids kept in files beside a checkpoint folder; "a restart" forgets the loaded tables so the next
+batch reads the files."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import datetime, timezone
 
 import pytest
 from py4j.protocol import Py4JJavaError
 
+from pipelines.engine.sources import decision_check
 from pipelines.usage import dedupe
 
 T0 = 1_790_000_000_000  # ms
@@ -18,19 +21,22 @@ T0 = 1_790_000_000_000  # ms
 @pytest.fixture
 def count(spark, settings, tmp_path):
     """count(batch_id, rows, **settings) -> Counted; rows: (txn_id, fraud, ms after T0[, partition[, key[,
-    reason]]])."""
+    payload]]]): a decision of that txn_id and fraud flag, appended (and made) at T0 + ms, unless a
+    payload is given."""
+    check = decision_check(spark, settings)
+
     def run(batch_id: int, rows: list[tuple], tasks: int = 1, **over):
         data = []
         for r in rows:
             txn, fraud, ms = r[:3]
             partition = r[3] if len(r) > 3 else 0
             key = r[4] if len(r) > 4 else (txn.encode() if txn is not None else None)
-            reason = r[5] if len(r) > 5 else None
-            data.append((partition, key, txn, fraud, datetime.fromtimestamp((T0 + ms) / 1000, timezone.utc), reason))
-        df = spark.createDataFrame(data, "partition int, key binary, txn_id string, is_fraud boolean, kafka_ts timestamp, "
-                                         "reason string")
+            payload = r[5] if len(r) > 5 else json.dumps(
+                {"txn_id": txn, "card_id": "c-1", "event_time": T0 + ms, "is_fraud": fraud}).encode()
+            data.append((key, payload, partition, datetime.fromtimestamp((T0 + ms) / 1000, timezone.utc)))
+        df = spark.createDataFrame(data, "key binary, value binary, partition int, timestamp timestamp")
         df = df.repartition(tasks) if tasks > 1 else df.coalesce(1)
-        return dedupe.count(df, tmp_path / "checkpoint", batch_id, dataclasses.replace(settings, **over))
+        return dedupe.count(df, check, tmp_path / "checkpoint", batch_id, dataclasses.replace(settings, **over))
 
     yield run
     dedupe.unload_all(spark)
@@ -108,17 +114,22 @@ def test_many_records_with_copies_near_and_far_count_as_a_reference_does(spark, 
             dedupe.unload_all(spark)
 
 
-def test_a_record_breaking_the_contract_is_reported_with_its_reason_never_counted(spark, count):
+def test_a_record_breaking_the_contract_is_rejected_never_counted(spark, count):
     """The rejects are counted in the dedupe's own pass (no filter, no observed metric): not counted,
-    no id kept, no time taken from them; each reason once, sorted."""
-    c = count(0, [("a", True, 0), (None, None, 500_000, 0, None, "missing field txn_id"),
-                  ("b", False, 600_000, 1, b"b", "empty card_id"), ("a", False, 2),
-                  (None, None, 3, 1, None, "malformed JSON"), ("", True, 4, 0, b"", "empty txn_id")])
-    assert (c.counted, c.fraud, c.copies, c.rejected) == (1, 1, 1, 4)
-    assert c.reasons == ("empty card_id", "empty txn_id", "malformed JSON", "missing field txn_id")
+    no id kept, no time taken from them (their reasons come from the contract's expressions: see
+    tests/kafka/test_usage_rejects_kafka.py)."""
+    def bad(**d):
+        return json.dumps({"txn_id": "x", "card_id": "c-1", "event_time": T0, "is_fraud": False, **d}).encode()
+
+    no_id = json.dumps({"card_id": "c-1", "event_time": T0, "is_fraud": False}).encode()
+    c = count(0, [("a", True, 0), (None, None, 500_000, 0, None, no_id),
+                  ("b", False, 600_000, 1, b"b", bad(txn_id="b", card_id="")), ("a", False, 2),
+                  (None, None, 3, 1, None, b'{"txn_id": "c",'), ("", True, 4, 0, b"", bad(txn_id="  ")),
+                  ("d", False, 5, 0, b"d", bad(txn_id="d", event_time=(T0 + 5) * 1000))])
+    assert (c.counted, c.fraud, c.copies, c.rejected) == (1, 1, 1, 5)
     assert c.ids == 1 and c.newest_us == (T0 + 2) * 1000  # the rejects' times are not the partition's
     c = count(1, [("b", False, 5, 1)])  # "b" was rejected before: counted now, as a first copy
-    assert (c.counted, c.rejected, c.reasons) == (1, 0, ())
+    assert (c.counted, c.rejected) == (1, 0)
 
 
 def test_copies_are_found_per_partition_and_a_record_keyed_otherwise_is_reported(count):

@@ -125,23 +125,51 @@ public final class JsonFields implements Serializable {
    *  JSON. Why the UTF-8 check here: the scan sees every byte anyway, so a record pays for it only
    *  when a string holds non-ASCII bytes (a separate check read every record's bytes again). */
   public InternalRow internal(byte[] bytes) {
-    Object[] out = plain(bytes);
+    Object[] out = answers(bytes);
+    return out == null ? null : new GenericInternalRow(out);
+  }
+
+  /** `internal`'s answers as an array (DecisionCheck reads them without a row). */
+  public Object[] answers(byte[] bytes) {
+    return answers(bytes, 0, bytes.length);
+  }
+
+  /** `answers` of the record in t[from, to): the scan reads it in place (its strings are views of
+   *  t); anything else is copied out first. */
+  public Object[] answers(byte[] t, int from, int to) {
+    Object[] out = plain(t, from, to);
+    if (out != null) {
+      return out;
+    }
+    if (!UTF8String.fromBytes(t, from, to - from).isValid()) {
+      return null; // is_valid_utf8's answer: the contract's rule names it (the scan checks its strings so)
+    }
+    // as Spark decodes a text: the bytes as UTF-8
+    out = built(new String(t, from, to - from, StandardCharsets.UTF_8));
     if (out == null) {
-      if (!UTF8String.fromBytes(bytes).isValid()) {
-        return null; // is_valid_utf8's answer: the contract's rule names it (the scan checks its strings so)
-      }
-      // as Spark decodes a text: the bytes as UTF-8
-      out = built(new String(bytes, StandardCharsets.UTF_8));
-      if (out == null) {
-        return null;
-      }
-      for (int i = 0; i < out.length; i++) {
-        if (out[i] instanceof String) {
-          out[i] = UTF8String.fromString((String) out[i]);
-        }
+      return null;
+    }
+    for (int i = 0; i < out.length; i++) {
+      if (out[i] instanceof String) {
+        out[i] = UTF8String.fromString((String) out[i]);
       }
     }
-    return new GenericInternalRow(out);
+    return out;
+  }
+
+  /** Where field `name`'s answers start (its `t_`; then `m_`, `ok_` and its value or values), and
+   *  its kind ("str", "bool", "int", "float"); IllegalArgumentException when it is not read. */
+  public int slotOf(String name, String kind) {
+    for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
+      if (names[f].equals(name)) {
+        if (kinds[f] != kind.charAt(0) || !("str".equals(kind) || "bool".equals(kind) || "int".equals(kind)
+            || "float".equals(kind))) {
+          throw new IllegalArgumentException(name + " is read as " + kinds[f] + ", not " + kind);
+        }
+        return k;
+      }
+    }
+    throw new IllegalArgumentException(name + " is not a field this reader reads");
   }
 
   /** The answers from the variant Spark's builder makes of the text (null when it is not JSON). */
@@ -195,8 +223,13 @@ public final class JsonFields implements Serializable {
    * costs a scan instead of a parse and a variant.
    */
   public Object[] plain(byte[] t) {
-    int n = t.length;
-    int i = skipSpace(t, 0, n);
+    return plain(t, 0, t.length);
+  }
+
+  /** `plain` of the record in t[start, end) (a view of a row's bytes: nothing copied). */
+  public Object[] plain(byte[] t, int start, int end) {
+    int n = end;
+    int i = skipSpace(t, start, n);
     if (i >= n || t[i] != '{') {
       return null;
     }

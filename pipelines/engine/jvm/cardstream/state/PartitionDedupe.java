@@ -29,6 +29,8 @@ import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.types.UTF8String;
 
+import cardstream.parse.DecisionCheck;
+
 /**
  * Exactly-once's dedupe where the data already sits: each Kafka partition's txn ids, kept beside
  * the query's checkpoint and checked in the task that reads the partition.
@@ -68,33 +70,32 @@ public final class PartitionDedupe {
   }
 
   /**
-   * Count batch `batchId` of `df` (columns partition int, key binary, txn_id string, is_fraud
-   * boolean, kafka_ts timestamp, reason string), each txn_id once per Kafka partition within the
-   * retention; a record with a reason (it breaks the contract) is not counted but reported.
-   * Returns {{counted, fraud among them, copies not counted, records whose Kafka key is not their
-   * txn_id (their copies may sit in another partition), ids held, bytes they take, the newest
-   * Kafka time (µs; Long.MIN_VALUE before any), records rejected}, their reasons (sorted)}: ids,
-   * bytes and newest over every partition reported. Why the rejects here: counted in the same pass,
-   * the batch needs no filter and no observed metric (a stage and a copy of every row fewer).
+   * Count batch `batchId` of `df` (Kafka rows of `decisions`: the source's key, value, partition
+   * and timestamp, by name), each valid decision's txn_id once per Kafka partition within the
+   * retention; a record breaking the contract (`check`) is counted as rejected, never as a decision
+   * and never in the state. Returns {counted, fraud among them, copies not counted, records whose
+   * Kafka key is not their txn_id (their copies may sit in another partition), ids held, bytes they
+   * take, the newest Kafka time (µs; Long.MIN_VALUE before any), records rejected}: ids, bytes and
+   * newest over every partition reported. Why the check here: the batch is read, checked and
+   * counted in one pass over the source's rows (no generated rule, no row built for the dedupe).
    */
-  public static Object[] count(Dataset<Row> df, String dir, long batchId, long retentionMs, int snapshotEvery) {
+  public static long[] count(Dataset<Row> df, DecisionCheck check, String dir, long batchId, long retentionMs,
+                             int snapshotEvery) {
     if (snapshotEvery < 1 || retentionMs < 0 || batchId < 0) {
       throw new IllegalArgumentException("PartitionDedupe: batch " + batchId + ", retention " + retentionMs
           + " ms, a snapshot every " + snapshotEvery + " deltas");
     }
     final String root = Paths.get(dir).toAbsolutePath().toString();
     final long retention = retentionMs * 1000; // Spark timestamps are µs
-    FlatMapFunction<Iterator<InternalRow>, Object[]> task = rows -> run(rows, root, batchId, retention, snapshotEvery);
-    List<Object[]> parts = df.select("partition", "key", "txn_id", "is_fraud", "kafka_ts", "reason")
-        .queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
+    final int[] at = DecisionCheck.ordinals(df.schema());
+    FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, at, check, root, batchId, retention,
+        snapshotEvery);
+    List<long[]> parts = df.queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
     long[] total = new long[8];
     Map<Long, Integer> seen = new HashMap<>();
     Map<Long, long[]> reported = REPORTED.computeIfAbsent(root, k -> new ConcurrentHashMap<>());
-    java.util.TreeSet<String> reasons = new java.util.TreeSet<>();
-    for (Object[] part : parts) {
-      long[] p = (long[]) part[0];
+    for (long[] p : parts) {
       total[7] += p[8];
-      reasons.addAll(Arrays.asList((String[]) part[1]));
       if (seen.merge(p[0], 1, Integer::sum) > 1) {
         // two tasks wrote the same partition's delta: neither holds the other's ids
         drop(root, (int) p[0], batchId);
@@ -113,7 +114,7 @@ public final class PartitionDedupe {
       total[5] += r[1];
       total[6] = Math.max(total[6], r[2]);
     }
-    return new Object[] {total, reasons.toArray(new String[0])};
+    return total;
   }
 
   /** Forget every loaded table (the files stay): a bench between runs, a test between "restarts". */
@@ -137,15 +138,15 @@ public final class PartitionDedupe {
     }
   }
 
-  private static Iterator<Object[]> run(Iterator<InternalRow> rows, String root, long batchId, long retention,
-                                      int snapshotEvery) throws IOException {
+  private static Iterator<long[]> run(Iterator<InternalRow> rows, int[] at, DecisionCheck check, String root,
+                                      long batchId, long retention, int snapshotEvery) throws IOException {
     Map<Integer, Partition> open = new TreeMap<>();
     Partition cur = null;
     int curId = Integer.MIN_VALUE;
     try {
       while (rows.hasNext()) {
         InternalRow row = rows.next();
-        int p = row.getInt(0);
+        int p = row.getInt(at[2]);
         if (p != curId || cur == null) {
           cur = open.get(p);
           if (cur == null) {
@@ -155,14 +156,22 @@ public final class PartitionDedupe {
           }
           curId = p;
         }
-        cur.add(row);
+        Object[] a = check.read(row, at[1]);
+        boolean hasTs = !row.isNullAt(at[3]);
+        long ts = hasTs ? row.getLong(at[3]) : 0L;
+        if (!check.valid(a, hasTs, ts)) { // breaks the contract: reported, never counted, no part of the state
+          cur.rejected++;
+          continue;
+        }
+        UTF8String id = check.txnId(a);
+        cur.add(id, check.fraud(a), ts, Partition.keyed(row, at[0], id));
       }
-      List<Object[]> out = new ArrayList<>();
+      List<long[]> out = new ArrayList<>();
       for (Map.Entry<Integer, Partition> e : open.entrySet()) {
         Partition p = e.getValue();
         p.commit(snapshotEvery);
-        out.add(new Object[] {new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.table.size,
-            p.table.bytes(), p.maxTs, p.rejected}, p.reasons.toArray(new String[0])});
+        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.table.size, p.table.bytes(),
+            p.maxTs, p.rejected});
       }
       return out.iterator();
     } finally {
@@ -188,8 +197,7 @@ public final class PartitionDedupe {
     long horizon;                     // a first copy older than this no longer holds its id
     long batchMaxTs;
     long counted, fraud, copies, unkeyed;
-    long rejected;                    // records breaking the contract: not counted, their reasons kept
-    final java.util.Set<String> reasons = new java.util.HashSet<>();
+    long rejected;                    // records breaking the contract: not counted
     Path tmp;
     Out out;
     private final byte[] value = new byte[8];
@@ -249,7 +257,6 @@ public final class PartitionDedupe {
         this.horizon = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : maxTs - retention;
         batchMaxTs = maxTs;
         counted = fraud = copies = unkeyed = rejected = 0;
-        reasons.clear();
         n = heldBytes = 0;
         tmp = dir.resolve("." + batchId + DELTA + ".tmp");
         out = open(tmp, batchId);
@@ -261,39 +268,27 @@ public final class PartitionDedupe {
       }
     }
 
-    void add(InternalRow row) throws IOException {
-      if (!row.isNullAt(5)) { // breaks the contract: reported, never counted, no part of the state
-        rejected++;
-        reasons.add(row.getUTF8String(5).toString());
-        return;
-      }
-      if (row.isNullAt(2)) {
-        throw new IllegalStateException("PartitionDedupe: a decision without a txn_id reached the dedupe");
-      }
-      UTF8String id = row.getUTF8String(2);
-      long ts = row.getLong(4);
+    /** A valid decision's id (read in place), Kafka time and fraud flag; `keyed`: its Kafka key is its id. */
+    void add(UTF8String id, boolean isFraud, long ts, boolean keyed) throws IOException {
       if (ts > batchMaxTs) {
         batchMaxTs = ts;
       }
       Object base = id.getBaseObject();
       long offset = id.getBaseOffset();
       int size = id.numBytes();
-      if (!keyed(row, base, offset, size)) {
+      if (!keyed) {
         unkeyed++;
       }
-      // held back a few records: each id's slot is read now, so the table's cache misses of
-      // several ids overlap instead of coming one after another (the rows are reused: copied)
+      // held back a few records, counted together (`drain`): their slots are read one after
+      // another, so the table's cache misses of several ids overlap (the rows are reused: copied)
       if (heldBytes + size > held.length) {
         held = Arrays.copyOf(held, Math.max(held.length * 2, heldBytes + size));
       }
       Platform.copyMemory(base, offset, held, Platform.BYTE_ARRAY_OFFSET + heldBytes, size);
-      int h = InPlaceStateStoreProvider.Table.hashOf(held, Platform.BYTE_ARRAY_OFFSET + heldBytes, size);
-      touched += table.slotAt(h);
       heldOffset[n] = heldBytes;
       heldSize[n] = size;
-      heldHash[n] = h;
       heldTs[n] = ts;
-      heldFraud[n] = !row.isNullAt(3) && row.getBoolean(3);
+      heldFraud[n] = isFraud;
       heldBytes += size;
       if (++n == AHEAD) {
         drain();
@@ -302,6 +297,14 @@ public final class PartitionDedupe {
 
     /** Count the held records, in the order they came. */
     private void drain() throws IOException {
+      for (int k = 0; k < n; k++) {
+        heldHash[k] = InPlaceStateStoreProvider.Table.hashOf(held, Platform.BYTE_ARRAY_OFFSET + heldOffset[k], heldSize[k]);
+      }
+      long t = 0;
+      for (int k = 0; k < n; k++) {
+        t += table.slotAt(heldHash[k]);
+      }
+      touched += t;
       for (int k = 0; k < n; k++) {
         long offset = Platform.BYTE_ARRAY_OFFSET + heldOffset[k];
         int size = heldSize[k];
@@ -499,19 +502,22 @@ public final class PartitionDedupe {
       s.close();
     }
 
-    /** The record's Kafka key is its txn_id (compared in place in the row's bytes when it can be). */
-    private static boolean keyed(InternalRow row, Object base, long offset, int size) {
-      if (row.isNullAt(1)) {
+    /** The record's Kafka key (column `key`) is its txn_id, compared in place in the row's bytes when it can be. */
+    private static boolean keyed(InternalRow row, int key, UTF8String id) {
+      if (row.isNullAt(key)) {
         return false;
       }
+      Object base = id.getBaseObject();
+      long offset = id.getBaseOffset();
+      int size = id.numBytes();
       if (row instanceof UnsafeRow) {
         UnsafeRow u = (UnsafeRow) row;
-        long offsetAndSize = u.getLong(1);
+        long offsetAndSize = u.getLong(key);
         return (int) offsetAndSize == size && ByteArrayMethods.arrayEquals(
             u.getBaseObject(), u.getBaseOffset() + (offsetAndSize >>> 32), base, offset, size);
       }
-      byte[] key = row.getBinary(1);
-      return key.length == size && ByteArrayMethods.arrayEquals(key, Platform.BYTE_ARRAY_OFFSET, base, offset, size);
+      byte[] k = row.getBinary(key);
+      return k.length == size && ByteArrayMethods.arrayEquals(k, Platform.BYTE_ARRAY_OFFSET, base, offset, size);
     }
   }
 
