@@ -90,7 +90,7 @@ public final class PartitionDedupe {
     final int[] at = DecisionCheck.ordinals(df.schema());
     FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, at, check, root, batchId, retention,
         snapshotEvery);
-    List<long[]> parts = df.queryExecution().toRdd().toJavaRDD().mapPartitions(task).collect();
+    List<long[]> parts = DecisionCheck.rows(df).toJavaRDD().mapPartitions(task).collect();
     long[] total = new long[8];
     Map<Long, Integer> seen = new HashMap<>();
     Map<Long, long[]> reported = REPORTED.computeIfAbsent(root, k -> new ConcurrentHashMap<>());
