@@ -104,6 +104,13 @@ public final class DecisionCheck implements Serializable {
         && t <= Math.floorDiv(kafkaTsMicros, 1000L) + futureMs;
   }
 
+  /** A Kafka row's answers when it is a valid decision, else null (`at`: `ordinals`). */
+  public Object[] decision(InternalRow row, int[] at) {
+    Object[] a = read(row, at[1]);
+    boolean hasTs = !row.isNullAt(at[3]);
+    return valid(a, hasTs, hasTs ? row.getLong(at[3]) : 0L) ? a : null;
+  }
+
   /** The record's own verdict (tests compare it with the contract's expressions record by record). */
   public boolean valid(byte[] value, long kafkaTsMicros) {
     return valid(read(value), true, kafkaTsMicros);
@@ -167,10 +174,8 @@ public final class DecisionCheck implements Serializable {
       long fraud = 0;
       long rejected = 0;
       while (rows.hasNext()) {
-        InternalRow row = rows.next();
-        Object[] a = check.read(row, at[1]);
-        boolean hasTs = !row.isNullAt(at[3]);
-        if (check.valid(a, hasTs, hasTs ? row.getLong(at[3]) : 0L)) {
+        Object[] a = check.decision(rows.next(), at);
+        if (a != null) {
           valid++;
           if (check.fraud(a)) {
             fraud++;

@@ -156,15 +156,13 @@ public final class PartitionDedupe {
           }
           curId = p;
         }
-        Object[] a = check.read(row, at[1]);
-        boolean hasTs = !row.isNullAt(at[3]);
-        long ts = hasTs ? row.getLong(at[3]) : 0L;
-        if (!check.valid(a, hasTs, ts)) { // breaks the contract: reported, never counted, no part of the state
+        Object[] a = check.decision(row, at);
+        if (a == null) { // breaks the contract: reported, never counted, no part of the state
           cur.rejected++;
           continue;
         }
         UTF8String id = check.txnId(a);
-        cur.add(id, check.fraud(a), ts, Partition.keyed(row, at[0], id));
+        cur.add(id, check.fraud(a), row.getLong(at[3]), Partition.keyed(row, at[0], id));
       }
       List<long[]> out = new ArrayList<>();
       for (Map.Entry<Integer, Partition> e : open.entrySet()) {
