@@ -167,3 +167,31 @@ def test_a_cut_short_file_is_named_and_never_leaves_its_partition_locked(spark, 
     for _ in range(2):  # the second attempt meets the same file, not a partition still held by the first
         with pytest.raises(Py4JJavaError, match="0.delta is cut short"):
             count(1, [("c", False, 2)])
+
+
+def test_a_snapshot_drops_the_expired_ids_and_a_restart_holds_the_rest(spark, count):
+    minute = 60_000
+    c = count(0, [("a", False, 0), ("b", True, 0)], dedupe_seconds=60, dedupe_snapshot_deltas=1)
+    assert (c.counted, c.ids) == (2, 2)
+    # batch 1 still holds "a" and "b" (their first copies are within 60 s of the newest before it);
+    # its snapshot, at a newest of 2 min, keeps only what the next batch can still match
+    c = count(1, [("a", False, 2 * minute), ("c", False, 2 * minute)], dedupe_seconds=60, dedupe_snapshot_deltas=1)
+    assert (c.counted, c.copies, c.ids) == (1, 1, 1)  # "a" a copy (its time stays 0); "a" and "b" gone, "c" held
+    dedupe.unload_all(spark)
+    c = count(2, [("b", True, 2 * minute + 1), ("a", False, 2 * minute + 2), ("c", False, 2 * minute + 3)],
+              dedupe_seconds=60, dedupe_snapshot_deltas=1)
+    assert (c.counted, c.fraud, c.copies) == (2, 1, 1)  # "b" and "a" count again, "c" is a copy
+
+
+def test_many_ids_of_every_length_each_count_once(spark, count):
+    """Enough ids that some likely share their 32-bit hash (1.7 pairs expected among 120,000): the table then
+    tells them apart by their bytes; lengths from 1 to MAX_ID_BYTES, non-ASCII ones among them."""
+    from infra.contracts import MAX_ID_BYTES
+
+    ids = [f"{i:x}" + "é" * (i % 5) + "x" * (i % (MAX_ID_BYTES - 20)) for i in range(120_000)]
+    assert max(len(t.encode()) for t in ids) <= MAX_ID_BYTES and min(len(t) for t in ids) == 1
+    rows = [(t, i % 9 == 0, i % 1000) for i, t in enumerate(ids)]
+    c = count(0, rows)
+    assert (c.counted, c.fraud, c.copies, c.ids) == (120_000, sum(i % 9 == 0 for i in range(120_000)), 0, 120_000)
+    c = count(1, rows[::7] + [("new", False, 1001)])
+    assert (c.counted, c.copies) == (1, len(rows[::7]))

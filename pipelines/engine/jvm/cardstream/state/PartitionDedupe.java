@@ -21,6 +21,10 @@ import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 
 import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
@@ -30,6 +34,7 @@ import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import cardstream.parse.DecisionCheck;
+import scala.Option;
 
 /**
  * Exactly-once's dedupe where the data already sits: each Kafka partition's txn ids, kept beside
@@ -57,7 +62,8 @@ import cardstream.parse.DecisionCheck;
 public final class PartitionDedupe {
   private static final int MAGIC = 0x43534450; // "CSDP"
   private static final int FORMAT = 1;
-  private static final long COMPACT_ABOVE = 32L << 20;
+  private static final String KAFKA_INPUT = "org.apache.spark.sql.kafka010.KafkaBatchInputPartition";
+  private static final long MAX_RESERVE = 1 << 20; // ids made room for ahead of a batch, at most
   private static final String DELTA = ".delta";
   private static final String SNAPSHOT = ".snapshot";
   private static final long WAIT_MS = 60_000;
@@ -88,9 +94,11 @@ public final class PartitionDedupe {
     final String root = Paths.get(dir).toAbsolutePath().toString();
     final long retention = retentionMs * 1000; // Spark timestamps are µs
     final int[] at = DecisionCheck.ordinals(df.schema());
+    RDD<InternalRow> input = DecisionCheck.rows(df);
+    final Map<Integer, Long> expected = expectedRows(input);
     FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, at, check, root, batchId, retention,
-        snapshotEvery);
-    List<long[]> parts = DecisionCheck.rows(df).toJavaRDD().mapPartitions(task).collect();
+        snapshotEvery, expected);
+    List<long[]> parts = input.toJavaRDD().mapPartitions(task).collect();
     long[] total = new long[8];
     Map<Long, Integer> seen = new HashMap<>();
     Map<Long, long[]> reported = REPORTED.computeIfAbsent(root, k -> new ConcurrentHashMap<>());
@@ -117,6 +125,42 @@ public final class PartitionDedupe {
     return total;
   }
 
+  /**
+   * The records each Kafka partition brings in the batch, from the source's offset ranges (none
+   * known when the rows come from elsewhere: a test's frame). Why: a partition's table then grows
+   * once, before the batch, instead of doubling while it is counted (each doubling moves every id).
+   */
+  public static Map<Integer, Long> expectedRows(RDD<?> rdd) {
+    Map<Integer, Long> out = new HashMap<>();
+    try {
+      RDD<?> r = rdd;
+      for (int depth = 0; depth < 16; depth++) {
+        if (r instanceof DataSourceRDD) {
+          for (org.apache.spark.Partition p : r.partitions()) {
+            if (p instanceof DataSourceRDDPartition) {
+              Option<InputPartition> in = ((DataSourceRDDPartition) p).inputPartition();
+              // the Kafka connector's KafkaBatchInputPartition (read by name: the engine's jar is
+              // built without the connector on its class path)
+              if (in.isDefined() && in.get().getClass().getName().equals(KAFKA_INPUT)) {
+                Object range = in.get().getClass().getMethod("offsetRange").invoke(in.get());
+                out.merge((Integer) range.getClass().getMethod("partition").invoke(range),
+                    (Long) range.getClass().getMethod("size").invoke(range), Long::sum);
+              }
+            }
+          }
+          return out;
+        }
+        if (r.dependencies().size() != 1) {
+          return out;
+        }
+        r = r.dependencies().head().rdd();
+      }
+    } catch (LinkageError | ReflectiveOperationException | RuntimeException e) { // another Spark's: no hint, the tables grow as they fill
+      return new HashMap<>();
+    }
+    return out;
+  }
+
   /** Forget every loaded table (the files stay): a bench between runs, a test between "restarts". */
   public static void unloadAll() {
     LOADED.clear();
@@ -139,7 +183,8 @@ public final class PartitionDedupe {
   }
 
   private static Iterator<long[]> run(Iterator<InternalRow> rows, int[] at, DecisionCheck check, String root,
-                                      long batchId, long retention, int snapshotEvery) throws IOException {
+                                      long batchId, long retention, int snapshotEvery, Map<Integer, Long> expected)
+      throws IOException {
     Map<Integer, Partition> open = new TreeMap<>();
     Partition cur = null;
     int curId = Integer.MIN_VALUE;
@@ -152,6 +197,7 @@ public final class PartitionDedupe {
           if (cur == null) {
             cur = LOADED.computeIfAbsent(root + "/" + p, k -> new Partition(Paths.get(root, Integer.toString(p))));
             cur.begin(batchId, retention, !open.isEmpty());
+            cur.ids.reserve(Math.min(expected.getOrDefault(p, 0L), MAX_RESERVE)); // room made once
             open.put(p, cur);
           }
           curId = p;
@@ -168,7 +214,7 @@ public final class PartitionDedupe {
       for (Map.Entry<Integer, Partition> e : open.entrySet()) {
         Partition p = e.getValue();
         p.commit(snapshotEvery);
-        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.table.size, p.table.bytes(),
+        out.add(new long[] {e.getKey(), p.counted, p.fraud, p.copies, p.unkeyed, p.ids(), p.bytes(),
             p.maxTs, p.rejected});
       }
       return out.iterator();
@@ -183,7 +229,7 @@ public final class PartitionDedupe {
   static final class Partition {
     static final long INVALID = -2;
     final Path dir;
-    InPlaceStateStoreProvider.Table table = new InPlaceStateStoreProvider.Table(COMPACT_ABOVE);
+    IdTable ids = new IdTable();
     long through = INVALID;           // the batch whose changes the table holds last (-1: none)
     long maxTs = Long.MIN_VALUE;      // the newest Kafka time (µs) of the records through it
     long lastSnapshot = -1;
@@ -198,7 +244,6 @@ public final class PartitionDedupe {
     long rejected;                    // records breaking the contract: not counted
     Path tmp;
     Out out;
-    private final byte[] value = new byte[8];
     // records read but not yet counted (`add`, `drain`)
     private static final int AHEAD = 16;
     private byte[] held = new byte[AHEAD * 64];
@@ -282,11 +327,13 @@ public final class PartitionDedupe {
       if (heldBytes + size > held.length) {
         held = Arrays.copyOf(held, Math.max(held.length * 2, heldBytes + size));
       }
-      Platform.copyMemory(base, offset, held, Platform.BYTE_ARRAY_OFFSET + heldBytes, size);
+      long at = Platform.BYTE_ARRAY_OFFSET + heldBytes;
+      Platform.copyMemory(base, offset, held, at, size);
       heldOffset[n] = heldBytes;
       heldSize[n] = size;
       heldTs[n] = ts;
       heldFraud[n] = isFraud;
+      heldHash[n] = IdTable.hash(held, at, size);
       heldBytes += size;
       if (++n == AHEAD) {
         drain();
@@ -295,28 +342,24 @@ public final class PartitionDedupe {
 
     /** Count the held records, in the order they came. */
     private void drain() throws IOException {
-      for (int k = 0; k < n; k++) {
-        heldHash[k] = InPlaceStateStoreProvider.Table.hashOf(held, Platform.BYTE_ARRAY_OFFSET + heldOffset[k], heldSize[k]);
-      }
       long t = 0;
       for (int k = 0; k < n; k++) {
-        t += table.slotAt(heldHash[k]);
+        t += ids.slotAt(heldHash[k]);
       }
       touched += t;
       for (int k = 0; k < n; k++) {
         long offset = Platform.BYTE_ARRAY_OFFSET + heldOffset[k];
         int size = heldSize[k];
-        long ref = table.lookup(held, offset, size, heldHash[k]);
-        if (ref != 0 && table.valueLong(ref) >= horizon) {
+        int slot = ids.find(held, offset, size, heldHash[k]);
+        if (slot >= 0 && ids.value(slot) >= horizon) {
           copies++;
           continue;
         }
         long seen = Math.max(heldTs[k], horizon); // a copy later in this batch always finds it
-        if (ref != 0) {
-          table.setValueLong(ref, seen);
+        if (slot >= 0) {
+          ids.setValue(slot, seen);
         } else {
-          Platform.putLong(value, Platform.BYTE_ARRAY_OFFSET, seen);
-          table.insertLookedUp(table.append(held, offset, size, value, Platform.BYTE_ARRAY_OFFSET, 8));
+          ids.insert(-1 - slot, heldHash[k], held, offset, size, seen);
         }
         out.putInt(size);
         out.put(held, offset, size);
@@ -328,6 +371,14 @@ public final class PartitionDedupe {
       }
       n = 0;
       heldBytes = 0;
+    }
+
+    int ids() {
+      return ids.size;
+    }
+
+    long bytes() {
+      return ids.bytes();
     }
 
     synchronized void commit(int snapshotEvery) throws IOException {
@@ -362,25 +413,14 @@ public final class PartitionDedupe {
     /** The live ids at this batch, then the files no replay can need (before the last snapshot) go. */
     private void snapshot() throws IOException {
       long horizonNext = maxTs == Long.MIN_VALUE ? Long.MIN_VALUE : horizon(maxTs);
-      List<Long> stale = new ArrayList<>();
-      for (long ref = table.next(0); ref != 0; ref = table.next(ref)) {
-        if (table.valueLong(ref) < horizonNext) {
-          stale.add(ref);
-        }
-      }
-      for (long ref : stale) {
-        table.removeKeyOf(ref);
-      }
-      if (table.wasteful()) {
-        table = table.compacted();
-      }
+      ids = ids.retainFrom(horizonNext);
       Path t = dir.resolve("." + batchId + SNAPSHOT + ".tmp");
       Out s = open(t, batchId);
-      for (long ref = table.next(0); ref != 0; ref = table.next(ref)) {
-        int size = table.keySizeOf(ref);
+      for (int i = ids.next(0); i >= 0; i = ids.next(i + 1)) {
+        int size = ids.keySizeAt(i);
         s.putInt(size);
-        s.put(table.slabOfRef(ref), Platform.BYTE_ARRAY_OFFSET + InPlaceStateStoreProvider.Table.keyOffsetOf(ref), size);
-        s.putLong(table.valueLong(ref));
+        s.put(ids.keySlab(i), ids.keyAt(i), size);
+        s.putLong(ids.value(i));
       }
       close(s, maxTs);
       Files.move(t, dir.resolve(batchId + SNAPSHOT), StandardCopyOption.ATOMIC_MOVE,
@@ -399,7 +439,7 @@ public final class PartitionDedupe {
 
     /** The table as the files before the batch leave it: the latest snapshot, the deltas after it. */
     private void rebuild(TreeMap<Long, List<String>> files) throws IOException {
-      table = new InPlaceStateStoreProvider.Table(COMPACT_ABOVE);
+      ids = new IdTable();
       maxTs = Long.MIN_VALUE;
       lastSnapshot = -1;
       deltas = 0;
@@ -438,20 +478,13 @@ public final class PartitionDedupe {
         }
         in.readLong(); // its batch id, named by the file too
         byte[] key = new byte[64];
-        byte[] v = new byte[8];
         for (int size = in.readInt(); size >= 0; size = in.readInt()) {
           if (size > key.length) {
             key = new byte[Math.max(size, key.length * 2)];
           }
           in.readFully(key, 0, size);
           long seen = in.readLong();
-          long ref = table.get(key, Platform.BYTE_ARRAY_OFFSET, size);
-          if (ref != 0) {
-            table.setValueLong(ref, seen);
-          } else {
-            Platform.putLong(v, Platform.BYTE_ARRAY_OFFSET, seen);
-            table.put(table.append(key, Platform.BYTE_ARRAY_OFFSET, size, v, Platform.BYTE_ARRAY_OFFSET, 8));
-          }
+          ids.put(key, Platform.BYTE_ARRAY_OFFSET, size, seen);
         }
         long fileMax = in.readLong();
         if (fileMax > maxTs) {
