@@ -60,6 +60,9 @@ final class IdTable {
   }
 
   private int append(Object base, long offset, int size, long value) {
+    if (size < 0 || size > MAX_SLAB - 20) { // ids are at most MAX_ID_BYTES; a file saying otherwise is not ours
+      throw new IllegalArgumentException("IdTable: an id of " + size + " bytes");
+    }
     int n = (12 + size + 7) & ~7;
     if (slabCount == 0 || fill + n > slabs[slabCount - 1].length) {
       if (slabCount == MAX_SLABS) {
@@ -70,7 +73,7 @@ final class IdTable {
       if (slabCount == slabs.length) {
         slabs = Arrays.copyOf(slabs, slabCount * 2);
       }
-      slabs[slabCount++] = new byte[Math.max(capacity, n)]; // an id is at most MAX_ID_BYTES: n < MAX_SLAB
+      slabs[slabCount++] = new byte[Math.max(capacity, n)];
       slabBytes += slabs[slabCount - 1].length;
       fill = slabCount == 1 ? 8 : 0; // reference 0 means "none"
     }
