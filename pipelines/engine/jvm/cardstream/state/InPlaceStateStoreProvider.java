@@ -675,8 +675,6 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     // two longs a slot: the entry's reference (0: empty, TOMB: removed), then its key's hash; side
     // by side, so a probe reads one cache line, not one in each of two arrays
     private long[] slots = new long[128];
-    private int lookedUpSlot = -1; // where `lookup` found the key's place (insertLookedUp), or -1
-    private int lookedUpHash;
     int size;
     private int used; // live slots and tombstones
     private long liveBytes;
@@ -758,29 +756,6 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return ((long) s << 32) | off;
     }
 
-    /** An entry's value read as one long (PartitionDedupe's first-seen time). */
-    long valueLong(long ref) {
-      return Platform.getLong(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8 + keySize(ref));
-    }
-
-    /** Overwrite an entry's 8-byte value in place. */
-    void setValueLong(long ref, long value) {
-      Platform.putLong(slabs[slabOf(ref)], BASE + offsetOf(ref) + 8 + keySize(ref), value);
-    }
-
-    /** The key's bytes of an entry: (slab, offset within it, size) for writing it out. */
-    byte[] slabOfRef(long ref) {
-      return slabs[slabOf(ref)];
-    }
-
-    static int keyOffsetOf(long ref) {
-      return offsetOf(ref) + 8;
-    }
-
-    int keySizeOf(long ref) {
-      return keySize(ref);
-    }
-
     void write(DataOutputStream out, long ref) throws IOException {
       byte[] slab = slabs[slabOf(ref)];
       int off = offsetOf(ref);
@@ -849,56 +824,9 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       return i < 0 ? 0 : slots[2 * i];
     }
 
-    /** The key's hash, as the table hashes it (`lookup` with a hash computed ahead). */
+    /** A key's hash, as the table hashes it (the dedupe's IdTable hashes its ids so too). */
     static int hashOf(Object base, long offset, int size) {
       return hash(base, offset, size);
-    }
-
-    /** The first slot a key of hash h probes: read ahead of its lookup (its cache line on the way). */
-    long slotAt(int h) {
-      return slots[2 * (h & (capacity() - 1))];
-    }
-
-    /** `get` of a key whose hash is h (`hashOf`), remembering where the key would go when it is
-     *  absent: `insertLookedUp` places it there without searching again (the dedupe's new id: one
-     *  probe sequence, not three). */
-    long lookup(Object base, long offset, int size, int h) {
-      int mask = capacity() - 1;
-      int free = -1;
-      for (int i = h & mask; ; i = (i + 1) & mask) {
-        long r = slots[2 * i];
-        if (r == 0) {
-          lookedUpSlot = free >= 0 ? free : i;
-          lookedUpHash = h;
-          return 0;
-        }
-        if (r == TOMB) {
-          if (free < 0) {
-            free = i;
-          }
-        } else if ((int) slots[2 * i + 1] == h && sameKey(r, base, offset, size)) {
-          lookedUpSlot = -1;
-          return r;
-        }
-      }
-    }
-
-    /** Place `ref`, appended since a `lookup` of its key found nothing (no other change between). */
-    void insertLookedUp(long ref) {
-      int i = lookedUpSlot;
-      if (i < 0) {
-        throw new IllegalStateException("insertLookedUp without a lookup that found nothing");
-      }
-      lookedUpSlot = -1;
-      if (slots[2 * i] == 0) {
-        used++;
-      }
-      slots[2 * i] = ref;
-      slots[2 * i + 1] = lookedUpHash;
-      size++;
-      if (used * 4L > capacity() * 3L) { // 75 % full, counting tombstones
-        resize(size * 4L >= capacity() ? capacity() * 2 : capacity());
-      }
     }
 
     /** Make `ref` the key's entry (live again if it was dead); the entry it replaced (now dead), or 0. */
@@ -909,7 +837,6 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       int h = hash(slab, keyOffset, keySize);
       int i = find(slab, keyOffset, keySize, h);
       setDead(ref, false);
-      lookedUpSlot = -1;
       if (i >= 0) {
         long before = slots[2 * i];
         if (before != ref) {
@@ -943,7 +870,6 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
       }
       long before = slots[2 * i];
       slots[2 * i] = TOMB;
-      lookedUpSlot = -1;
       this.size--;
       setDead(before, true);
       return before;
@@ -956,7 +882,6 @@ public final class InPlaceStateStoreProvider implements StateStoreProvider {
     private void resize(int capacity) {
       long[] old = slots;
       slots = new long[2 * capacity];
-      lookedUpSlot = -1;
       int mask = capacity - 1;
       for (int j = 0; j < old.length; j += 2) {
         long r = old[j];
