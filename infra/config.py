@@ -117,6 +117,9 @@ class Settings:
     # the fraud standby runs its decisions plan once over a few scratch transactions while it waits
     # (pipelines.fraud.job.rehearse), so a takeover's first batch finds it all started
     standby_rehearsal: bool = True
+    # how much nicer a standby runs until it takes over (its JVM start, warm-up and rehearsal take
+    # the CPU the active jobs leave); 0: as nice as the active
+    standby_nice: int = 10
     # Spark's web UI in each job (the Overview links it): bound to 127.0.0.1, port 4040 or the next free
     spark_ui: bool = True
     # the broker and each Spark driver map the class archives `make setup` wrote (infra/jvm.py)
@@ -309,6 +312,7 @@ def load(env: dict | None = None) -> Settings:
         standby_start_after_takeover_max_s=_float(env, "STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS", 30.0),
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         standby_rehearsal=(env.get("STANDBY_REHEARSAL") or "1").lower() in ("1", "true", "yes", "on"),
+        standby_nice=_int(env, "STANDBY_NICE", 10),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),
         jvm_class_archives=(env.get("JVM_CLASS_ARCHIVES") or "1").lower() in ("1", "true", "yes", "on"),
         audit_interval_seconds=_float(env, "AUDIT_INTERVAL_SECONDS", 5.0),

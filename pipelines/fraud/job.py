@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     s = load()
     o = parse_args(sys.argv[1:] if argv is None else argv, s)
     if o.standby:
-        listen()
+        listen(s.standby_nice)
     if not ensure_job_topics(o, s):
         return 2
     db = connect(o.store_path)

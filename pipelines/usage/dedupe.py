@@ -43,13 +43,13 @@ def state_dir(checkpoint: Path) -> Path:
     return Path(checkpoint) / "dedupe"
 
 
-def count(df, check, checkpoint: Path, batch_id: int, s: Settings) -> Counted:
+def count(df, check, checkpoint: Path, batch_id: int, s: Settings, plan=None) -> Counted:
     """One batch of `df` (Kafka rows of `decisions`), each valid txn_id counted once and each record
     breaking the contract (`check`: sources.decision_check) counted as rejected, in the same pass:
-    runs a Spark job on `df`'s session."""
+    runs a Spark job on `df`'s session. `plan`: the batch's streaming plan (job.stream_plan), or None."""
     jvm = df.sparkSession._jvm
     figures = jvm.cardstream.state.PartitionDedupe.count(df._jdf, check, str(state_dir(checkpoint)), int(batch_id),
-                                                         s.dedupe_seconds * 1000, s.dedupe_snapshot_deltas)
+                                                         s.dedupe_seconds * 1000, s.dedupe_snapshot_deltas, plan)
     counted = Counted(*(int(x) for x in figures))
     if counted.unkeyed:
         log.warning("%d decisions of batch %d are not keyed by their txn_id: a copy of one in another "

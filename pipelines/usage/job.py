@@ -161,15 +161,17 @@ class UsageJob:
             if failing is not None:
                 msg = f"task-failure injected into {name} batch {batch_id}"
                 df = df.withColumn("value", F.coalesce(F.raise_error(F.lit(msg)).cast("binary"), F.col("value")))
+            # the batch's plan: the count reads the source's rows under Spark's copy of them
+            plan = stream_plan(self.spark, name) if failing is None else None
             if policy.dedupes_input:
-                c = dedupe.count(df, check, checkpoint, batch_id, self.s)
+                c = dedupe.count(df, check, checkpoint, batch_id, self.s, plan)
                 newest = c.newest_us // 1000 if c.newest_us >= 0 else None
                 metrics.note_state(name, batch_id, state_rows=c.ids, state_memory_bytes=c.bytes,
                                    watermark=metrics.iso_ms(c.horizon_ms(self.s)),
                                    event_time_max=metrics.iso_ms(newest))
                 counted, fraud, rejected = c.counted, c.fraud, c.rejected
             else:
-                counted, fraud, rejected = tally(df, check)
+                counted, fraud, rejected = tally(df, check, plan)
             if rejected:  # rejects are rare: their reasons from a second pass over the batch only then
                 metrics.note_rejected(name, batch_id, rejected, rejected_reasons(df, self.s, rejected, name))
             return counted, fraud
@@ -306,12 +308,25 @@ def spark_conf(s: Settings) -> dict[str, str]:
             "spark.sql.streaming.stateStore.providerClass": STATE_STORES[s.usage_state_store]}
 
 
-def tally(df, check) -> tuple[int, int, int]:
+def tally(df, check, plan=None) -> tuple[int, int, int]:
     """A batch of Kafka rows of `decisions` -> (valid decisions, of them fraud, records breaking the
     contract), checked (`check`: sources.decision_check) and counted in the JVM in one pass over the
-    source's rows: no generated rule, no row built for an aggregation, no filter."""
-    valid, fraud, rejected = df.sparkSession._jvm.cardstream.parse.DecisionCheck.count(df._jdf, check)
+    source's rows: no generated rule, no row built for an aggregation, no filter. `plan`: the
+    batch's streaming plan (`stream_plan`), or None."""
+    valid, fraud, rejected = df.sparkSession._jvm.cardstream.parse.DecisionCheck.count(df._jdf, check, plan)
     return int(valid), int(fraud), int(rejected)
+
+
+def stream_plan(spark, query: str):
+    """The physical plan of the batch the active streaming query `query` (by name) runs now, from
+    its lastExecution (None when there is none). Why: a query that adds no step to the Kafka source
+    gets a Project that copies every row, and the count reads the rows from under it
+    (DecisionCheck.rows: the plan is checked to be that copy alone and this batch's)."""
+    for q in spark._jsparkSession.streams().active():
+        if q.name() == query:
+            execution = q.streamingQuery().lastExecution()
+            return execution.executedPlan() if execution is not None else None
+    return None
 
 
 def rejected_reasons(df, s: Settings, rejected: int, query: str) -> list[str]:
@@ -350,9 +365,11 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
     check = decision_check(spark, s)
     with scratch_stream(spark, s, rows, JOB) as (source, tmp):
         def counter(p: Guarantee):
+            name = f"{p.query}-rehearsal"
             if p.dedupes_input:
-                return lambda df, batch_id: dedupe.count(df, check, Path(tmp) / p.query, batch_id, s)
-            return lambda df, _: tally(df, check)
+                return lambda df, batch_id: dedupe.count(df, check, Path(tmp) / p.query, batch_id, s,
+                                                         stream_plan(spark, name))
+            return lambda df, _: tally(df, check, stream_plan(spark, name))
 
         plans = {p.query: (source, counter(p)) for p in policies}
         if windows:
@@ -382,9 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standby", action="store_true",
                         help="start as a warm standby: session up, waiting for the job's lease")
     args = parser.parse_args(argv)
+    s = load()
     if args.standby:
-        listen()
-    job = UsageJob([args.guarantee] if args.guarantee else list(GUARANTEES), load(),
+        listen(s.standby_nice)
+    job = UsageJob([args.guarantee] if args.guarantee else list(GUARANTEES), s,
                    windows=not args.no_windows, reset=args.reset_sink)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: job.stopping.set())

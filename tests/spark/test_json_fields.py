@@ -162,7 +162,15 @@ def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder
     for doc in ('{"s":"v","i":1,"x":2}', '{"s":"v","i":1,"x":2,"x":3}', '{"s":"v","i":1}', '{"s":"w","i":2,"x":3}',
                 '{"s":"v","i":1,"x":2,"s":3}', '{"i":1,"s":"v"}', '{"i":1,"s":"v","i":2}', '{"s":"v","is":1}',
                 '{"s":"v","i\\u0041":1}', '{"s":"v","i":1,"abcdefghijk":2}', '{"s":"v","i":1,"abcdefghijx":2}',
-                '{"s":"v","i":1,"abcdefghijk":2,"s":1}', '{"s":"v","i":1,"abcdefghij":2}', '{"s":"v","i":1,"abcdefghijk"'):
+                '{"s":"v","i":1,"abcdefghijk":2,"s":1}', '{"s":"v","i":1,"abcdefghij":2}', '{"s":"v","i":1,"abcdefghijk"',
+                # the bytes between values (a spacing learned from the last record) and the end
+                '{"s": "v", "i": 1}', '{"s": "v", "i": 1} ', '{"s": "v", "i": 1}x', '{"s": "v", "i": 1',
+                '{"s": "v", "i": ', '{"s": "v",  "i": 1}', ' {"s": "v", "i": 1}', '{"s": "v", "i": 1}\n',
+                '{"s": "v", "i": 1}', '{"s": "v", "i": 1, "x": 2}', '{"s": "v", "i": 1, "x": 2, "x": 2}',
+                '{"s": "v", "i": 12345678901234567}', '{"s": "v", "i": 1234567890123456789}', '{"s": "v", "i": -0}',
+                '{"s": "v", "i": 12345678.5}', '{"s": "v", "i": 1234567a}', '{"s": "v", "i": 123456789:}',
+                '{"s": "v", "i": 1234567/}', '{"s": "v", "i": 12345678@}', '{"s": "v", "i": 12345678 }',
+                '{"s":"v","i":1}', '{"s":\t"v","i":\n1}', '{"s":"v","i":1}', '{"s": "v","i":  1}'):
         got, want = scan.plain(doc.encode()), fresh().plain(doc.encode())
         assert (got is None) == (want is None) and (got is None or [str(x) for x in got] == [str(x) for x in want]), doc
     for raw in (b'{"s":"\xff"}', b'{"x":"a\xe2\x82","s":"v"}', b'{"s":"\xed\xa0\x80"}'):  # not UTF-8: refused

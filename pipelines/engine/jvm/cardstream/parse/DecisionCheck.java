@@ -10,12 +10,20 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.rdd.MapPartitionsRDD;
+import org.apache.spark.sql.catalyst.expressions.Attribute;
+import org.apache.spark.sql.catalyst.expressions.NamedExpression;
+import org.apache.spark.sql.execution.InputAdapter;
+import org.apache.spark.sql.execution.ProjectExec;
 import org.apache.spark.sql.execution.RDDScanExec;
+import org.apache.spark.sql.execution.SQLExecutionRDD;
+import org.apache.spark.sql.execution.datasources.v2.MicroBatchScanExec;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.WholeStageCodegenExec;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
+import scala.collection.immutable.Seq;
 
 /**
  * Whether a Kafka record of `decisions` keeps the decision contract, in the JVM and in the pass
@@ -158,6 +166,67 @@ public final class DecisionCheck implements Serializable {
     return df.queryExecution().toRdd();
   }
 
+  /**
+   * `rows(df)` of a foreachBatch batch whose streaming query's plan of this batch (`streamPlan`,
+   * its lastExecution's; null: not known) is Spark's Project of the Kafka scan's own columns over
+   * the scan: a copy of every row and nothing else (the plan a query that adds no step to the
+   * source gets). The rows are then the scan's, before that copy (the scan's step still counts
+   * them: the query's numInputRows). Anything else, `rows(df)`.
+   */
+  public static RDD<InternalRow> rows(Dataset<Row> df, SparkPlan streamPlan) {
+    SparkPlan plan = df.queryExecution().executedPlan();
+    if (plan instanceof WholeStageCodegenExec) {
+      plan = ((WholeStageCodegenExec) plan).child();
+    }
+    if (!(plan instanceof RDDScanExec)) {
+      return rows(df); // a step added to the batch: run as planned
+    }
+    RDD<InternalRow> batch = ((RDDScanExec) plan).rdd();
+    RDD<InternalRow> scanned = scanned(batch, streamPlan);
+    return scanned != null ? scanned : batch;
+  }
+
+  /** The scan's rows under `batch` when `plan` copies them and nothing else, else null. */
+  static RDD<InternalRow> scanned(RDD<InternalRow> batch, SparkPlan plan) {
+    if (plan instanceof WholeStageCodegenExec) {
+      plan = ((WholeStageCodegenExec) plan).child();
+    }
+    if (!(plan instanceof ProjectExec)) {
+      return null;
+    }
+    ProjectExec project = (ProjectExec) plan;
+    SparkPlan child = project.child();
+    if (child instanceof InputAdapter) {
+      child = ((InputAdapter) child).child();
+    }
+    if (!(child instanceof MicroBatchScanExec)) {
+      return null;
+    }
+    Seq<NamedExpression> list = project.projectList();
+    Seq<Attribute> columns = child.output();
+    if (list.size() != columns.size()) {
+      return null;
+    }
+    for (int i = 0; i < list.size(); i++) {
+      if (!(list.apply(i) instanceof Attribute) || !((Attribute) list.apply(i)).semanticEquals(columns.apply(i))) {
+        return null;
+      }
+    }
+    // its RDDs: the SQL execution's, the Project's, the scan's step (counting rows), the source's
+    RDD<?> r = batch instanceof SQLExecutionRDD ? only(batch) : batch;
+    RDD<?> step = r instanceof MapPartitionsRDD ? only(r) : null;
+    if (step instanceof MapPartitionsRDD && only(step) == ((MicroBatchScanExec) child).inputRDD()) {
+      @SuppressWarnings("unchecked")
+      RDD<InternalRow> out = (RDD<InternalRow>) step;
+      return out;
+    }
+    return null;
+  }
+
+  private static RDD<?> only(RDD<?> r) {
+    return r.dependencies().size() == 1 ? r.dependencies().head().rdd() : null;
+  }
+
   /** The ordinals of the Kafka columns a count reads (key, value, partition, timestamp), by name. */
   public static int[] ordinals(StructType schema) {
     return new int[] {schema.fieldIndex("key"), schema.fieldIndex("value"), schema.fieldIndex("partition"),
@@ -168,6 +237,11 @@ public final class DecisionCheck implements Serializable {
    *  them fraud, records breaking the contract}: at-most-once's and at-least-once's count, in the
    *  stage that reads the records. */
   public static long[] count(Dataset<Row> df, DecisionCheck check) {
+    return count(df, check, null);
+  }
+
+  /** `count` of the rows `rows(df, streamPlan)` gives. */
+  public static long[] count(Dataset<Row> df, DecisionCheck check, SparkPlan streamPlan) {
     final int[] at = ordinals(df.schema());
     FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> {
       long valid = 0;
@@ -187,7 +261,7 @@ public final class DecisionCheck implements Serializable {
       return List.of(new long[] {valid, fraud, rejected}).iterator();
     };
     long[] total = new long[3];
-    for (long[] part : rows(df).toJavaRDD().mapPartitions(task).collect()) {
+    for (long[] part : rows(df, streamPlan).toJavaRDD().mapPartitions(task).collect()) {
       for (int i = 0; i < 3; i++) {
         total[i] += part[i];
       }

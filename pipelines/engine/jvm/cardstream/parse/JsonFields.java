@@ -229,51 +229,75 @@ public final class JsonFields implements Serializable {
   /** `plain` of the record in t[start, end) (a view of a row's bytes: nothing copied). */
   public Object[] plain(byte[] t, int start, int end) {
     int n = end;
-    int i = skipSpace(t, start, n);
-    if (i >= n || t[i] != '{') {
-      return null;
-    }
     Object[] out = absent.clone();
-    i = skipSpace(t, i + 1, n);
-    if (i < n && t[i] == '}') {
-      return skipSpace(t, i + 1, n) == n ? out : null;
-    }
-    // the names read off the layout, for the repeat check (on it, a record's names are the
-    // layout's first ones: no arrays, nothing allocated but the answers)
+    // the names off the layout, for the repeat check, and where their gaps start and end (on the
+    // layout, a record's names are the layout's first ones: nothing allocated but the answers)
     int[] keyStart = null;
     int[] keyEnd = null;
     int[] keyHash = null;
+    int[] gapStart = null;
+    int[] gapEnd = null;
     int keys = 0;
-    int onLayout = 0; // names read on the layout (the first ones)
+    int onLayout = 0; // names met on the layout (the first ones)
     Layout lay = layout;
     boolean on = lay != null;
+    int i = start;
     while (true) {
-      if (i >= n || t[i] != '"') {
-        return null;
-      }
-      int ks = ++i;
-      int c = 0;
-      int ke;
-      int h;
+      int c;
       int field = -1;
       int slot = 1;
-      if (on && keys < lay.names.length && isName(t, ks, n, lay.names[keys])) {
-        // the layout's next name: valid, and no repeat (the layout's names are unique, and this
-        // record's names so far are the layout's first ones)
-        ke = ks + lay.names[keys].length;
-        h = lay.hashes[keys];
+      if (on && keys < lay.names.length && fits(t, i, n, lay.gaps[keys]) && i + lay.gaps[keys].length < n
+          && t[i + lay.gaps[keys].length] > ' ') {
+        // the bytes up to the next value are the layout's (no more space follows): its next name,
+        // valid, and no repeat (the layout's names are unique, and this record's names so far its
+        // first ones)
+        i += lay.gaps[keys].length;
         field = lay.fields[keys];
         slot = lay.slots[keys];
+        onLayout++;
+        keys++;
+      } else if (on && keys == lay.names.length && n - i == lay.gaps[keys].length && fits(t, i, n, lay.gaps[keys])) {
+        return out; // the layout's end
       } else {
         on = false;
-        ke = nameEnd(t, ks, n);
+        int gs = i;
+        i = skipSpace(t, i, n);
+        if (i >= n) {
+          return null;
+        }
+        if (keys == 0) {
+          if (t[i] != '{') {
+            return null;
+          }
+          i = skipSpace(t, i + 1, n);
+          if (i < n && t[i] == '}') {
+            return skipSpace(t, i + 1, n) == n ? out : null;
+          }
+        } else {
+          if (t[i] == '}') {
+            if (skipSpace(t, i + 1, n) != n) {
+              return null;
+            }
+            layout = learn(t, lay, onLayout, keyStart, keyEnd, keyHash, gapStart, gapEnd, keys, gs, n);
+            return out;
+          }
+          if (t[i] != ',') {
+            return null;
+          }
+          i = skipSpace(t, i + 1, n);
+        }
+        if (i >= n || t[i] != '"') {
+          return null;
+        }
+        int ks = ++i;
+        int ke = nameEnd(t, ks, n);
         if (ke < 0) {
           return null;
         }
         if (ke - ks > 1000) {
           return null; // Jackson limits a name's length
         }
-        h = nameHash(t, ks, ke);
+        int h = nameHash(t, ks, ke);
         for (int j = 0; j < onLayout; j++) {
           if (lay.hashes[j] == h && Arrays.equals(lay.names[j], 0, lay.names[j].length, t, ks, ke)) {
             return null; // a repeated name: the builder's setting decides
@@ -291,31 +315,32 @@ public final class JsonFields implements Serializable {
             break;
           }
         }
-      }
-      i = ke + 1;
-      if (on) {
-        onLayout++;
-      } else {
+        i = skipSpace(t, ke + 1, n);
+        if (i >= n || t[i] != ':') {
+          return null;
+        }
+        i = skipSpace(t, i + 1, n);
         int j = keys - onLayout;
         if (keyStart == null) {
           keyStart = new int[24];
           keyEnd = new int[24];
           keyHash = new int[24];
+          gapStart = new int[24];
+          gapEnd = new int[24];
         } else if (j == keyStart.length) {
           keyStart = Arrays.copyOf(keyStart, j * 2);
           keyEnd = Arrays.copyOf(keyEnd, j * 2);
           keyHash = Arrays.copyOf(keyHash, j * 2);
+          gapStart = Arrays.copyOf(gapStart, j * 2);
+          gapEnd = Arrays.copyOf(gapEnd, j * 2);
         }
         keyStart[j] = ks;
         keyEnd[j] = ke;
         keyHash[j] = h;
+        gapStart[j] = gs;
+        gapEnd[j] = i;
+        keys++;
       }
-      keys++;
-      i = skipSpace(t, i, n);
-      if (i >= n || t[i] != ':') {
-        return null;
-      }
-      i = skipSpace(t, i + 1, n);
       if (i >= n) {
         return null;
       }
@@ -370,9 +395,7 @@ public final class JsonFields implements Serializable {
         if (i < n && t[i] == '0') {
           i++;
         } else {
-          while (i < n && (c = t[i]) >= '0' && c <= '9') {
-            i++;
-          }
+          i = digitRun(t, i, n);
           if (i == digits) {
             return null;
           }
@@ -451,57 +474,48 @@ public final class JsonFields implements Serializable {
       } else {
         return null; // objects, arrays, anything else
       }
-      i = skipSpace(t, i, n);
-      if (i >= n) {
-        return null;
-      }
-      c = t[i];
-      if (c == '}') {
-        if (skipSpace(t, i + 1, n) != n) {
-          return null;
-        }
-        if (!on) {
-          layout = learn(t, lay, onLayout, keyStart, keyEnd, keyHash, keys);
-        }
-        return out;
-      }
-      if (c != ',') {
-        return null;
-      }
-      i = skipSpace(t, i + 1, n);
     }
   }
 
   /** The names of a plain object, in order, with the field each one is (-1: none asked for) and its
-   *  slot. Producers write every record's names in one order: a name that is the layout's next is
-   *  known by comparing its bytes, without finding its end, hashing it or searching the fields. */
+   *  slot, and the bytes before each value (`gaps`: a separator, the name, the colon, their
+   *  spaces; the last gap the object's end). Producers write every record's names in one order
+   *  and spacing: when the bytes before a value are the layout's gap, they are valid and name the
+   *  layout's next field, known by comparing them eight at a time, without stepping over spaces,
+   *  finding the name's end, hashing it or searching the fields. */
   private static final class Layout {
     final byte[][] names;
     final int[] hashes;
     final int[] fields;
     final int[] slots;
+    final byte[][] gaps;
 
     Layout(int n) {
       names = new byte[n][];
       hashes = new int[n];
       fields = new int[n];
       slots = new int[n];
+      gaps = new byte[n + 1][];
     }
   }
 
   /** The last plain object's layout (records of one producer share it); read and replaced whole. */
   private transient volatile Layout layout;
 
-  /** This record's layout: its first `onLayout` names the layout's `lay`, the rest in the arrays. */
-  private Layout learn(byte[] t, Layout lay, int onLayout, int[] keyStart, int[] keyEnd, int[] keyHash, int keys) {
+  /** This record's layout: its first `onLayout` names and gaps the layout's `lay`, the rest in the
+   *  arrays; its end from `endGap` to `n`. */
+  private Layout learn(byte[] t, Layout lay, int onLayout, int[] keyStart, int[] keyEnd, int[] keyHash,
+                       int[] gapStart, int[] gapEnd, int keys, int endGap, int n) {
     Layout out = new Layout(keys);
     for (int j = 0; j < keys; j++) {
       if (j < onLayout) {
         out.names[j] = lay.names[j];
         out.hashes[j] = lay.hashes[j];
+        out.gaps[j] = lay.gaps[j];
       } else {
         out.names[j] = Arrays.copyOfRange(t, keyStart[j - onLayout], keyEnd[j - onLayout]);
         out.hashes[j] = keyHash[j - onLayout];
+        out.gaps[j] = Arrays.copyOfRange(t, gapStart[j - onLayout], gapEnd[j - onLayout]);
       }
       out.fields[j] = -1;
       for (int f = 0, k = 1; f < names.length; k += slots(f), f++) {
@@ -512,29 +526,30 @@ public final class JsonFields implements Serializable {
         }
       }
     }
+    out.gaps[keys] = Arrays.copyOfRange(t, endGap, n);
     return out;
   }
 
-  /** The name at s is `name`, its closing quote right after it. */
-  private static boolean isName(byte[] t, int s, int n, byte[] name) {
-    int len = name.length;
-    if (s + len >= n || t[s + len] != '"') {
+  /** The bytes at i are `gap`'s. */
+  private static boolean fits(byte[] t, int i, int n, byte[] gap) {
+    int len = gap.length;
+    if (i + len > n) {
       return false;
     }
     if (len < 8) {
       for (int j = 0; j < len; j++) {
-        if (t[s + j] != name[j]) {
+        if (t[i + j] != gap[j]) {
           return false;
         }
       }
       return true;
     }
     for (int j = 0; j + 8 <= len; j += 8) {
-      if ((long) LONGS.get(t, s + j) != (long) LONGS.get(name, j)) {
+      if ((long) LONGS.get(t, i + j) != (long) LONGS.get(gap, j)) {
         return false;
       }
     }
-    return (long) LONGS.get(t, s + len - 8) == (long) LONGS.get(name, len - 8);
+    return (long) LONGS.get(t, i + len - 8) == (long) LONGS.get(gap, len - 8);
   }
 
   /** A field's place in a row: its type, missing and of-its-kind flags, then its values. */
@@ -603,6 +618,24 @@ public final class JsonFields implements Serializable {
       i++;
     }
     return n;
+  }
+
+  /** The first byte from i on that is not a digit (n: none): eight bytes at a time, as numbers of
+   *  milliseconds run to thirteen digits. A lane is a digit when its byte minus '0' has a zero high
+   *  nibble and a low one below ten (+6 does not carry into bit 4). */
+  private static int digitRun(byte[] t, int i, int n) {
+    while (i + 8 <= n) {
+      long x = (long) LONGS.get(t, i) ^ 0x3030303030303030L;
+      long other = (x & 0xF0F0F0F0F0F0F0F0L) | ((x + 0x0606060606060606L) & 0x1010101010101010L);
+      if (other != 0) {
+        return i + (Long.numberOfTrailingZeros(other) >>> 3);
+      }
+      i += 8;
+    }
+    while (i < n && t[i] >= '0' && t[i] <= '9') {
+      i++;
+    }
+    return i;
   }
 
   /** Where a name starting at i ends (its closing quote), or -1: not printable ASCII without escapes. */

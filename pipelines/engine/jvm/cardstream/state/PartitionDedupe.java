@@ -23,6 +23,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
 import org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition;
 import org.apache.spark.sql.Row;
@@ -87,6 +88,12 @@ public final class PartitionDedupe {
    */
   public static long[] count(Dataset<Row> df, DecisionCheck check, String dir, long batchId, long retentionMs,
                              int snapshotEvery) {
+    return count(df, check, dir, batchId, retentionMs, snapshotEvery, null);
+  }
+
+  /** `count` of the rows DecisionCheck.rows(df, streamPlan) gives. */
+  public static long[] count(Dataset<Row> df, DecisionCheck check, String dir, long batchId, long retentionMs,
+                             int snapshotEvery, SparkPlan streamPlan) {
     if (snapshotEvery < 1 || retentionMs < 0 || batchId < 0) {
       throw new IllegalArgumentException("PartitionDedupe: batch " + batchId + ", retention " + retentionMs
           + " ms, a snapshot every " + snapshotEvery + " deltas");
@@ -94,7 +101,7 @@ public final class PartitionDedupe {
     final String root = Paths.get(dir).toAbsolutePath().toString();
     final long retention = retentionMs * 1000; // Spark timestamps are µs
     final int[] at = DecisionCheck.ordinals(df.schema());
-    RDD<InternalRow> input = DecisionCheck.rows(df);
+    RDD<InternalRow> input = DecisionCheck.rows(df, streamPlan);
     final Map<Integer, Long> expected = expectedRows(input);
     FlatMapFunction<Iterator<InternalRow>, long[]> task = rows -> run(rows, at, check, root, batchId, retention,
         snapshotEvery, expected);

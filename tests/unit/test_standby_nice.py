@@ -1,0 +1,55 @@
+"""A standby runs nicer until it takes over (pipelines/engine/standby.py `step_back`, `come_forward`):
+a real process, its thread and its child, niced at the start and back at the promotion."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pipelines.engine.standby import may_come_back
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STANDBY = textwrap.dedent("""
+    import os, subprocess, sys, threading, time
+    from pipelines.engine import standby
+    standby.listen(5)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    print(child.pid, flush=True)
+    standby.PROMOTED.wait(30)
+    print("promoted", flush=True)
+    time.sleep(60)
+""")
+
+
+def niceness(pids: list[int]) -> list[int]:
+    """The niceness of every thread of `pids`."""
+    return [os.getpriority(os.PRIO_PROCESS, int(tid)) for pid in pids for tid in os.listdir(f"/proc/{pid}/task")]
+
+
+def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    allowed = may_come_back(5)
+    proc = subprocess.Popen([sys.executable, "-c", STANDBY], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        child = int(proc.stdout.readline())
+        pids = [proc.pid, child]
+        time.sleep(0.2)  # the thread started
+        before = niceness(pids)
+        assert len(before) >= 3  # the main thread, the sleeping thread, the child
+        assert set(before) == ({min(19, base + 5)} if allowed else {base}), (before, base, allowed)
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert proc.stdout.readline().strip() == "promoted"
+        assert set(niceness(pids)) == {base}
+    finally:
+        proc.kill()
+        proc.wait()
+    if not allowed:
+        print(f"LOUD: this user may not raise a priority again: the standby here runs at {base}, as it should, "
+              "and the niced path was not exercised", file=sys.stderr)
