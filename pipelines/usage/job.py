@@ -173,7 +173,7 @@ class UsageJob:
             else:
                 counted, fraud, rejected = tally(df, check, plan)
             if rejected:  # rejects are rare: their reasons from a second pass over the batch only then
-                metrics.note_rejected(name, batch_id, rejected, rejected_reasons(df, self.s, rejected, name))
+                metrics.note_rejected(name, batch_id, rejected, rejected_reasons(again(df, plan), self.s, rejected, name))
             return counted, fraud
 
         def handle(df, batch_id):
@@ -315,6 +315,15 @@ def tally(df, check, plan=None) -> tuple[int, int, int]:
     batch's streaming plan (`stream_plan`), or None."""
     valid, fraud, rejected = df.sparkSession._jvm.cardstream.parse.DecisionCheck.count(df._jdf, check, plan)
     return int(valid), int(fraud), int(rejected)
+
+
+def again(df, plan=None):
+    """The batch of `df` read again from the source for a second pass, its records not counted
+    again in the query's progress (DecisionCheck.again); `df` itself when the plan is not known."""
+    from pyspark.sql import DataFrame
+
+    jdf = df.sparkSession._jvm.cardstream.parse.DecisionCheck.again(df._jdf, plan)
+    return df if plan is None else DataFrame(jdf, df.sparkSession)
 
 
 def stream_plan(spark, query: str):

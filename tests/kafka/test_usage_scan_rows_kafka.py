@@ -23,7 +23,7 @@ def test_a_count_reads_the_scans_rows_only_under_a_copy_of_this_batch(kafka, spa
 
     from pipelines.engine.sources import decision_check, read_kafka
     from pipelines.usage import dedupe
-    from pipelines.usage.job import stream_plan, tally
+    from pipelines.usage.job import again, rejected_reasons, stream_plan, tally
 
     name = topic("decisions-scan", partitions=3)
     s = dataclasses.replace(settings, topics=dataclasses.replace(settings.topics, decisions=name))
@@ -67,13 +67,26 @@ def test_a_count_reads_the_scans_rows_only_under_a_copy_of_this_batch(kafka, spa
     assert valid == 60 - len(range(0, 60, 7)) and sum(b["counts"][0][2] for b in seen) == len(range(0, 60, 7))
     assert sum(b["counts"][0][1] for b in seen) == sum(1 for i in range(60) if i % 5 == 0 and i % 7)
 
-    # counted once, by the scan's own step: the query's numInputRows are the records
-    for label, plan_of in (("direct", lambda: stream_plan(spark, "scan-rows-once")), ("planned", lambda: None)):
-        once = (stream.writeStream.queryName("scan-rows-once").foreachBatch(lambda df, _: tally(df, check, plan_of()))
-                .option("checkpointLocation", str(tmp_path / f"cp-{label}")).trigger(availableNow=True).start())
-        once.awaitTermination(120)
-        assert once.exception() is None
-        assert sum(p["numInputRows"] for p in once.recentProgress) == 60, label
+    # counted once, by the scan's own step: the query's numInputRows are the records, the second
+    # pass for the rejected records' reasons included (it reads the source again, not the step)
+    reasons = {"again": [], "df": []}
+
+    def reasons_of(how):
+        def batch(df, _):
+            plan = stream_plan(spark, f"scan-rows-{how}")
+            rejected = tally(df, check, plan)[2]
+            if rejected:
+                reasons[how].append(rejected_reasons(again(df, plan) if how == "again" else df, s, rejected, how))
+        return batch
+
+    for how in reasons:
+        q = (stream.writeStream.queryName(f"scan-rows-{how}").foreachBatch(reasons_of(how))
+             .option("checkpointLocation", str(tmp_path / f"cp-{how}")).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        if how == "again":
+            assert sum(p["numInputRows"] for p in q.recentProgress) == 60
+    assert reasons["again"] == reasons["df"] and all(reasons["again"]) and len(reasons["again"]) >= 3, reasons
 
     # a query that adds a step to the source: its plan is not the copy alone, the batch runs as planned
     steps = []  # (as the injected task failure adds one to a batch)

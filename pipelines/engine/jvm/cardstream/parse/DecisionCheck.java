@@ -17,6 +17,7 @@ import org.apache.spark.sql.execution.InputAdapter;
 import org.apache.spark.sql.execution.ProjectExec;
 import org.apache.spark.sql.execution.RDDScanExec;
 import org.apache.spark.sql.execution.SQLExecutionRDD;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
 import org.apache.spark.sql.execution.datasources.v2.MicroBatchScanExec;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.WholeStageCodegenExec;
@@ -184,6 +185,22 @@ public final class DecisionCheck implements Serializable {
     RDD<InternalRow> batch = ((RDDScanExec) plan).rdd();
     RDD<InternalRow> scanned = scanned(batch, streamPlan);
     return scanned != null ? scanned : batch;
+  }
+
+  /**
+   * The batch of `df` for a second pass (the rejected records' reasons): read again from the
+   * source, under the scan's step, when `streamPlan` is the copy alone (`rows(df, streamPlan)`);
+   * else `df`. Why: that step counts the query's input rows, so a pass through it again counted
+   * a batch's records twice in its progress (numInputRows, the Checkpoints page's rows).
+   */
+  public static Dataset<Row> again(Dataset<Row> df, SparkPlan streamPlan) {
+    RDD<InternalRow> rows = rows(df, streamPlan);
+    if (rows instanceof MapPartitionsRDD && only(rows) instanceof DataSourceRDD) {
+      @SuppressWarnings("unchecked")
+      RDD<InternalRow> source = (RDD<InternalRow>) only(rows);
+      return df.sparkSession().internalCreateDataFrame(source, df.schema(), false);
+    }
+    return df;
   }
 
   /** The scan's rows under `batch` when `plan` copies them and nothing else, else null. */
