@@ -65,7 +65,8 @@ def may_come_back(by: int) -> bool:
 def step_back(by: int) -> int:
     """A standby's start: this thread (and so the Spark JVM and workers it starts after) `by` nicer,
     so its JVM start, warm-up and rehearsal take the CPU only when the active jobs leave it (on two
-    cores they stalled the demo's first minute beside them); `come_forward` undoes it at a takeover.
+    cores, right after the standbys started, the demo's first minute went 10 s without a decision);
+    `come_forward` undoes it at a takeover.
     Only when it can be undone (root, or RLIMIT_NICE allows it): else the standby runs as it is.
     Returns the niceness taken."""
     if by <= 0 or not hasattr(os, "setpriority"):

@@ -322,8 +322,9 @@ def again(df, plan=None):
     again in the query's progress (DecisionCheck.again); `df` itself when the plan is not known."""
     from pyspark.sql import DataFrame
 
-    jdf = df.sparkSession._jvm.cardstream.parse.DecisionCheck.again(df._jdf, plan)
-    return df if plan is None else DataFrame(jdf, df.sparkSession)
+    if plan is None:
+        return df
+    return DataFrame(df.sparkSession._jvm.cardstream.parse.DecisionCheck.again(df._jdf, plan), df.sparkSession)
 
 
 def stream_plan(spark, query: str):
