@@ -76,9 +76,9 @@ def step_back(by: int) -> int:
                     "(no CAP_SYS_NICE, RLIMIT_NICE too low)", by)
         return 0
     base = os.getpriority(os.PRIO_PROCESS, 0)
-    for tid in os.listdir("/proc/self/task"):  # the threads imports started (a BLAS pool) too
+    for tid in threads(os.getpid()):  # the threads imports started (a BLAS pool) too
         try:
-            os.setpriority(os.PRIO_PROCESS, int(tid), min(19, base + by))
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, base + by))
         except OSError:  # a thread that ended meanwhile
             continue
     _STEPPED_BACK.update(by=by, base=base)
@@ -106,6 +106,14 @@ def process_tree(root: int) -> list[int]:
     return out
 
 
+def threads(pid: int) -> list[int]:
+    """The thread ids of process `pid` (none when it has ended)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
 def come_forward() -> int:
     """At a takeover: every thread of the standby's process tree back by the niceness `step_back`
     took (never below what it had), twice, for threads started meanwhile. Returns the threads moved."""
@@ -115,11 +123,7 @@ def come_forward() -> int:
     moved = set()
     for _ in range(2):
         for pid in process_tree(os.getpid()):
-            try:
-                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-            except OSError:
-                continue
-            for tid in tids:
+            for tid in threads(pid):
                 try:
                     now = os.getpriority(os.PRIO_PROCESS, tid)
                     if now > base and (pid, tid) not in moved:

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from pipelines.engine.standby import may_come_back
+from pipelines.engine.standby import may_come_back, threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ STANDBY = textwrap.dedent("""
 
 def niceness(pids: list[int]) -> list[int]:
     """The niceness of every thread of `pids`."""
-    return [os.getpriority(os.PRIO_PROCESS, int(tid)) for pid in pids for tid in os.listdir(f"/proc/{pid}/task")]
+    return [os.getpriority(os.PRIO_PROCESS, tid) for pid in pids for tid in threads(pid)]
 
 
 def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():

@@ -157,14 +157,7 @@ public final class DecisionCheck implements Serializable {
    * they are. Any other plan (a test's frame, a batch with a column changed) runs as planned.
    */
   public static RDD<InternalRow> rows(Dataset<Row> df) {
-    SparkPlan plan = df.queryExecution().executedPlan();
-    if (plan instanceof WholeStageCodegenExec) {
-      plan = ((WholeStageCodegenExec) plan).child();
-    }
-    if (plan instanceof RDDScanExec) {
-      return ((RDDScanExec) plan).rdd();
-    }
-    return df.queryExecution().toRdd();
+    return rows(df, null);
   }
 
   /**
@@ -175,16 +168,18 @@ public final class DecisionCheck implements Serializable {
    * them: the query's numInputRows). Anything else, `rows(df)`.
    */
   public static RDD<InternalRow> rows(Dataset<Row> df, SparkPlan streamPlan) {
-    SparkPlan plan = df.queryExecution().executedPlan();
-    if (plan instanceof WholeStageCodegenExec) {
-      plan = ((WholeStageCodegenExec) plan).child();
-    }
+    SparkPlan plan = unwrapped(df.queryExecution().executedPlan());
     if (!(plan instanceof RDDScanExec)) {
-      return rows(df); // a step added to the batch: run as planned
+      return df.queryExecution().toRdd(); // a step added to the batch: run as planned
     }
     RDD<InternalRow> batch = ((RDDScanExec) plan).rdd();
-    RDD<InternalRow> scanned = scanned(batch, streamPlan);
+    RDD<InternalRow> scanned = streamPlan == null ? null : scanned(batch, streamPlan);
     return scanned != null ? scanned : batch;
+  }
+
+  /** A plan without its whole-stage codegen wrapper. */
+  private static SparkPlan unwrapped(SparkPlan plan) {
+    return plan instanceof WholeStageCodegenExec ? ((WholeStageCodegenExec) plan).child() : plan;
   }
 
   /**
@@ -204,10 +199,8 @@ public final class DecisionCheck implements Serializable {
   }
 
   /** The scan's rows under `batch` when `plan` copies them and nothing else, else null. */
-  static RDD<InternalRow> scanned(RDD<InternalRow> batch, SparkPlan plan) {
-    if (plan instanceof WholeStageCodegenExec) {
-      plan = ((WholeStageCodegenExec) plan).child();
-    }
+  static RDD<InternalRow> scanned(RDD<InternalRow> batch, SparkPlan streamPlan) {
+    SparkPlan plan = unwrapped(streamPlan);
     if (!(plan instanceof ProjectExec)) {
       return null;
     }
