@@ -176,6 +176,7 @@ class Settings:
     # how long a transactional send may wait for the broker before the batch fails (and replays)
     kafka_delivery_timeout_ms: int = 120_000
     spark_fetch_max_wait_ms: int = 10
+    spark_max_poll_records: int = 5000
     # Validation: event_time / produced_at must be milliseconds inside [now - past, now + future]
     validation_past_seconds: int = 7 * 24 * 3600
     validation_future_seconds: int = 300
@@ -258,6 +259,7 @@ def load(env: dict | None = None) -> Settings:
         kafka_broker_sasl_users=env.get("KAFKA_BROKER_SASL_USERS") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
         spark_fetch_max_wait_ms=_int(env, "SPARK_KAFKA_FETCH_MAX_WAIT_MS", 10),
+        spark_max_poll_records=_int(env, "SPARK_KAFKA_MAX_POLL_RECORDS", 5000),
         kafka_broker_ssl_keystore=env.get("KAFKA_BROKER_SSL_KEYSTORE") or None,
         kafka_broker_ssl_keystore_password=env.get("KAFKA_BROKER_SSL_KEYSTORE_PASSWORD") or None,
         validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),
