@@ -29,6 +29,13 @@ def _int(env, name, default):
         raise SystemExit(f"{name} must be a whole number, not {raw!r}.") from None
 
 
+def _positive(env, name, default):
+    value = _int(env, name, default)
+    if value < 1:
+        raise SystemExit(f"{name} must be at least 1, not {value}.")
+    return value
+
+
 def _choice(env, name, default, choices):
     raw = env.get(name) or default
     if raw not in choices:
@@ -259,7 +266,7 @@ def load(env: dict | None = None) -> Settings:
         kafka_broker_sasl_users=env.get("KAFKA_BROKER_SASL_USERS") or None,
         kafka_delivery_timeout_ms=_int(env, "KAFKA_DELIVERY_TIMEOUT_MS", 120_000),
         spark_fetch_max_wait_ms=_int(env, "SPARK_KAFKA_FETCH_MAX_WAIT_MS", 10),
-        spark_max_poll_records=_int(env, "SPARK_KAFKA_MAX_POLL_RECORDS", 5000),
+        spark_max_poll_records=_positive(env, "SPARK_KAFKA_MAX_POLL_RECORDS", 5000),
         kafka_broker_ssl_keystore=env.get("KAFKA_BROKER_SSL_KEYSTORE") or None,
         kafka_broker_ssl_keystore_password=env.get("KAFKA_BROKER_SSL_KEYSTORE_PASSWORD") or None,
         validation_past_seconds=_int(env, "VALIDATION_PAST_SECONDS", 7 * 24 * 3600),

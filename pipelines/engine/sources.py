@@ -74,7 +74,7 @@ def read_kafka(spark: SparkSession, topic: str, s: Settings | None = None, *,
               .option("kafka.fetch.max.wait.ms", str(s.spark_fetch_max_wait_ms))
               # and after every poll it seeks and asks that range again (two offset requests): at
               # Kafka's 500 records a poll, every 500 records; at 5,000 a poll hands Spark about a
-              # whole fetch (bench/RESULTS.md#throughput: every query faster, exactly-once most)
+              # whole fetch (bench/RESULTS.md#throughput: every query faster)
               .option("kafka.max.poll.records", str(s.spark_max_poll_records))
               .option("startingOffsets", starting_offsets)
               # the records' headers (a replay's REPLAY_HEADER: its own time rule, see

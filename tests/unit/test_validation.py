@@ -209,3 +209,11 @@ def test_validation_window_and_batch_bound_are_settings_with_defaults():
     assert s.max_offsets_per_trigger == 20_000
     s = load({"VALIDATION_PAST_SECONDS": "60", "VALIDATION_FUTURE_SECONDS": "5", "MAX_OFFSETS_PER_TRIGGER": "10"})
     assert (s.validation_past_seconds, s.validation_future_seconds, s.max_offsets_per_trigger) == (60, 5, 10)
+
+
+def test_the_spark_readers_poll_size_is_a_positive_setting():
+    assert load({}).spark_max_poll_records == 5000
+    assert load({"SPARK_KAFKA_MAX_POLL_RECORDS": "500"}).spark_max_poll_records == 500
+    for bad, says in (("0", "at least 1"), ("-5", "at least 1"), ("many", "whole number")):
+        with pytest.raises(SystemExit, match=says):
+            load({"SPARK_KAFKA_MAX_POLL_RECORDS": bad})
