@@ -21,12 +21,13 @@ Figures (events/s):
   the checkpoint's creation) before its first batch, which a long-running job pays once.
 - busy (beside it, named): N / the sum of the batches' triggerExecution, the figure this bench
   printed before 2026-11-25; it leaves out the time between batches.
-- eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run.
+- eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run; with
+  --rounds above 1, `rounds` holds each round's own two ratios as well (their spread is the noise).
 - cpu_us_per_event (local mode): the driver JVM's CPU time over each query's run per event, the
   median of the rounds; on a machine shared with other work it moves far less than the clocks.
 Prints {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop",
 "wall_clock": true, "busy": {the same four figures and ratios in busy time}, "cpu_us_per_event":
-{query: µs}}.
+{query: µs}, "rounds": {"eo_over_alo": [r, ...], "eo_over_noop": [r, ...]}}.
 
 With --cluster the same queries run on the Spark standalone cluster (infra.cluster: started for
 the run unless it is up, stopped after it if the bench started it), as an application with one
@@ -94,6 +95,11 @@ def figures(runs: dict[str, list[tuple]]) -> dict:
                 "eo_over_noop": ratio(eps["exactly-once"], eps[NOOP])}
 
     out = {**line(wall), "wall_clock": True, "busy": line(busy)}
+    if len(runs["exactly-once"]) > 1:
+        # each round's own ratios (the queries of a round run back to back): on a shared machine one
+        # round's ratio moves far more than the medians' (measured 0.56-1.08 for eo_over_noop in one run)
+        out["rounds"] = {name: [ratio(e[0], o[0]) for e, o in zip(runs["exactly-once"], runs[other])]
+                         for name, other in (("eo_over_alo", "at-least-once"), ("eo_over_noop", NOOP))}
     if cpu:
         out["cpu_us_per_event"] = cpu
     return out

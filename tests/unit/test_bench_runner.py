@@ -65,6 +65,9 @@ def test_throughput_figures_are_medians_with_ratios_in_both_clocks():
     assert out["busy"] == {"noop": 210, "at-most-once": 95, "at-least-once": 100, "exactly-once": 85,
                            "eo_over_alo": 0.85, "eo_over_noop": 0.405}
     assert "cpu_us_per_event" not in out  # not measured (a cluster's executors): not reported
+    # each round's own ratios, paired by round: the spread the medians hide
+    assert out["rounds"] == {"eo_over_alo": [0.5, 0.75, 0.625], "eo_over_noop": [0.4, 0.5, 0.455]}
+    assert "rounds" not in figures({q: rs[:1] for q, rs in runs.items()})  # one round: nothing to spread
 
 
 def test_throughput_reports_the_jvm_s_cpu_per_event_as_the_median_of_the_rounds():
