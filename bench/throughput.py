@@ -97,7 +97,7 @@ def figures(runs: dict[str, list[tuple]]) -> dict:
     out = {**line(wall), "wall_clock": True, "busy": line(busy)}
     if len(runs["exactly-once"]) > 1:
         # each round's own ratios (the queries of a round run back to back): on a shared machine one
-        # round's ratio moves far more than the medians' (measured 0.56-1.08 for eo_over_noop in one run)
+        # round's ratio moves far more than the medians' (eo_over_noop 0.54-1.13 over nine rounds of one run)
         out["rounds"] = {name: [ratio(e[0], o[0]) for e, o in zip(runs["exactly-once"], runs[other])]
                          for name, other in (("eo_over_alo", "at-least-once"), ("eo_over_noop", NOOP))}
     if cpu:
