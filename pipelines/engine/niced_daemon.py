@@ -9,6 +9,10 @@ Only the workers, and only once they have imported pandas and Arrow: the daemon 
 start-up keep the normal priority, because Spark waits a bounded time for a new worker to connect
 back, and a worker niced from its first instruction on a loaded machine (the whole demo starting)
 missed it ("Python worker failed to connect back").
+
+A worker keeps its niceness relative to the daemon's, set again before each task (`settle`): a
+standby's daemon starts niced itself (pipelines/engine/standby.py `step_back`), so its workers'
+niceness is clamped at 19, and the takeover's step forward alone brought them back to 9, not 10.
 """
 import os
 
@@ -18,16 +22,28 @@ from infra.config import load
 
 _run_worker = daemon.worker
 _nice = 0
-_niced = False
+_imported = False
+
+
+def settle(offset: int) -> int:
+    """This thread's niceness to its parent's (the daemon's) plus `offset`, at most 19; unchanged
+    when that would need a privilege the process lacks. Returns the niceness it has."""
+    want = min(19, os.getpriority(os.PRIO_PROCESS, os.getppid()) + offset)
+    if os.getpriority(os.PRIO_PROCESS, 0) != want:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, want)
+        except OSError:  # lowering it needs CAP_SYS_NICE or RLIMIT_NICE: it stays as it is
+            pass
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def _niced_worker(sock, authenticated):
-    global _niced
-    if not _niced:
+    global _imported
+    if not _imported:
         import pandas  # noqa: F401  (the heavy imports, at the normal priority)
         import pyarrow  # noqa: F401
-        os.nice(_nice)
-        _niced = True
+        _imported = True
+    settle(_nice)
     return _run_worker(sock, authenticated)
 
 

@@ -53,3 +53,32 @@ def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
     if not allowed:
         print(f"LOUD: this user may not raise a priority again: the standby here runs at {base}, as it should, "
               "and the niced path was not exercised", file=sys.stderr)
+
+
+WORKER_PARENT = textwrap.dedent("""
+    import subprocess, sys
+    from pipelines.engine import standby
+    standby.listen(10)
+    worker = subprocess.Popen([sys.executable, "-c", "import sys\\nfrom pipelines.engine.niced_daemon import settle\\n"
+                               "for _ in sys.stdin: print(settle(10), flush=True)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for _ in range(2):
+        worker.stdin.write("task\\n"); worker.stdin.flush()
+        print(worker.stdout.readline().strip(), flush=True)
+        standby.come_forward()
+    worker.stdin.close(); worker.wait()
+""")
+
+
+def test_a_python_worker_comes_back_to_its_own_niceness_over_its_daemons_after_a_takeover():
+    """A standby's daemon niced by 10 and a worker by 10 more: clamped at 19, the takeover's step
+    forward alone left the worker at 9; its next task settles it at the daemon's 0 + 10."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    allowed = may_come_back(10)
+    out = subprocess.run([sys.executable, "-c", WORKER_PARENT], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    standing_by, after = (int(x) for x in out.stdout.split())
+    daemon = min(19, base + 10) if allowed else base
+    assert standing_by == min(19, daemon + 10)
+    assert after == min(19, base + 10)
