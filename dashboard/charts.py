@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from infra.contracts import ANALYZERS, GUARANTEES
@@ -22,10 +23,28 @@ SERIES = ["#3A6EA5", "#29A19C", "#F3A712", "#E4572E", "#8E6C8A", "#5C6B73", "#2E
 ANALYZER_COLORS = dict(zip(ANALYZERS, ["#3A6EA5", "#8E6C8A", "#2E8B57"]))
 TIME_TITLE = "time (UTC)"
 MIN_SPAN = pd.Timedelta(seconds=60)
+TRACES = ("scatter", "bar", "histogram", "heatmap")  # the trace types these charts draw (a unit test holds it)
+TEMPLATE = "cardstream-white"
+
+
+def _lean(name: str = "plotly_white") -> go.layout.Template:
+    """Plotly's `name` template with only what these charts use: its layout but for the subplot
+    kinds they never draw (maps, polar, ternary, 3-D), and its defaults for their trace types alone.
+    Why: a figure copies its template when it is set, and plotly_white's every trace type and
+    subplot kind made that copy most of the time a chart took to build (bench/RESULTS.md#dashboard)."""
+    full = pio.templates[name]
+    layout = {k: v for k, v in full.layout.to_plotly_json().items()
+              if k not in ("geo", "mapbox", "map", "polar", "scene", "ternary", "smith")}
+    data = {k: v for k, v in full.data.to_plotly_json().items() if k in TRACES}
+    return go.layout.Template(layout=layout, data=data)
+
+
+pio.templates[TEMPLATE] = _lean()
+pio.templates.default = TEMPLATE  # a new figure takes it as it is made (set again, it would be copied again)
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, y_title: str | None = None) -> go.Figure:
-    fig.update_layout(template="plotly_white", height=height, title=dict(text=title, x=0, font=dict(size=15)),
+    fig.update_layout(height=height, title=dict(text=title, x=0, font=dict(size=15)),
                       margin=dict(l=10, r=10, t=70, b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
                       hovermode="x unified", separators=".,")

@@ -43,12 +43,19 @@ def draw_with_store(draw) -> None:
         st.error(f"This part of the page could not be drawn: {type(exc).__name__}: {exc}.")
 
 
-def live(draw) -> None:
-    """Draw now and again every `dashboard_refresh_seconds`, without rerunning the whole page."""
-    @st.fragment(run_every=refresh_seconds())
+def live(draw, every: float | None = None) -> None:
+    """Draw now and again every `every` seconds (default `dashboard_refresh_seconds`, never more
+    often), without rerunning the whole page."""
+    @st.fragment(run_every=max(refresh_seconds(), every or 0))
     def _live():
         draw_with_store(draw)
     _live()
+
+
+def sampled_every(sample_seconds: float) -> float:
+    """How often to redraw a view of samples taken every `sample_seconds`: a new one shows within a
+    sixth of that, and the page does not rebuild charts of data that cannot have changed."""
+    return max(refresh_seconds(), sample_seconds / 6)
 
 
 def no_data(what: str) -> None:

@@ -91,7 +91,7 @@ def paths_totals(series: pd.DataFrame) -> dict:
         timed = settled[settled["p99_ms"].notna()]
         out[path] = {"arrived": int(part["transactions"].sum()), "decided": int(part["decided"].sum()),
                      "undecided": int(settled["undecided"].sum()), "duplicated": int(part["duplicated"].sum()),
-                     "filled": int(settled["filled"].fillna(0).sum()),
+                     "filled": int(pd.to_numeric(settled["filled"]).fillna(0).sum()),
                      "p99_ms": _value(timed["p99_ms"].iloc[-1]) if not timed.empty else None}
         for key in ("alerts", "confirmed"):
             known = part[key].dropna()

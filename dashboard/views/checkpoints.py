@@ -30,7 +30,6 @@ def draw(db, s):
     checkpoint_positions(db, s, now)
     batches_run_again(db, s, now)
     latest_recoveries(db)
-    memory_and_disk(db, s, now)
     if not df.empty:
         state_and_history(df)
 
@@ -153,7 +152,9 @@ def state_and_history(df):
                                                                                              format="localized")})
 
 
-def memory_and_disk(db, s, now):
+def memory_and_disk(db, s):
+    """Sampled every MEMORY_SAMPLE_SECONDS: redrawn on its own, less often than the batches above."""
+    now = now_ms()
     st.subheader("Memory and disk")
     every = s.memory_sample_seconds
     mem = data.process_memory(db, now)
@@ -176,3 +177,4 @@ def memory_and_disk(db, s, now):
 
 
 ui.live(draw)
+ui.live(memory_and_disk, every=ui.sampled_every(ui.settings().memory_sample_seconds))

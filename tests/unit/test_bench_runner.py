@@ -163,3 +163,11 @@ def test_every_scenario_has_a_smoke_size():
 
     missing = [name for name in scenarios() if name not in ALONE and name not in SMOKE]
     assert missing == [], f"no smoke size in bench/all.py SMOKE for {missing}"
+
+
+def test_the_dashboard_bench_draws_every_page_the_app_declares():
+    from bench.dashboard import APP, pages
+
+    found = pages()
+    assert len(found) == 8 and found[0] == "views/overview.py"
+    assert all((APP.parent / page).is_file() for page in found)
