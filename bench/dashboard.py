@@ -2,9 +2,9 @@
 dashboard page takes, as the page is now over the store it reads (`make demo`'s by default).
 
 Each page of dashboard/app.py is run with Streamlit's AppTest in this process (the page's queries,
-its charts built, checked and serialised as the server sends them), once untimed, then `--rounds`
-times; per page the median CPU time of a draw (this process's, so a busy machine moves it less than
-the clock), the charts it drew and their size as sent. A page redraws every
+its charts built, checked and serialised as the server sends them; every fragment of the page),
+once untimed, then `--rounds` times; per page the median CPU time of a draw (this process's, so a
+busy machine moves it less than the clock), the charts it drew and their size as sent. A page redraws every
 DASHBOARD_REFRESH_SECONDS (2) while it is open, so its draw over that interval is the share of a
 core an open page costs the host. Run it beside `make demo` for figures of a live store: a store
 with no recent rows draws pages of "no data" notes (`recent_batches` says how many it had).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -31,8 +32,6 @@ def log(message: str) -> None:
 
 def pages() -> list[str]:
     """The pages' scripts as app.py declares them, relative to it (views/overview.py ...)."""
-    import re
-
     return re.findall(r'st\.Page\("([^"]+)"', APP.read_text())
 
 
@@ -69,7 +68,8 @@ def recent_batches(store: Path, minutes: float = 15) -> int:
 def main(argv: list[str]) -> dict:
     parser = argparse.ArgumentParser(prog="python -m bench dashboard")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line (always)")
-    parser.add_argument("--store", type=Path, help="the store to read (default: the run folder's, make demo's)")
+    parser.add_argument("--store", type=Path, help="the store to read (default: the run folder's, make demo's); "
+                        "the checkpoints beside it, when there are")
     parser.add_argument("--rounds", type=int, default=5, help="timed draws of each page; figures are medians")
     args = parser.parse_args(argv)
     if args.rounds < 1:
@@ -78,6 +78,9 @@ def main(argv: list[str]) -> dict:
         if not args.store.exists():
             raise SystemExit(f"no store at {args.store}: run `make demo`, or name one with --store.")
         os.environ["CARDSTREAM_DB"] = str(args.store.resolve())
+        beside = args.store.resolve().parent / "checkpoints"  # a run folder's: its store and checkpoints
+        if "CHECKPOINT_ROOT" not in os.environ and beside.is_dir():
+            os.environ["CHECKPOINT_ROOT"] = str(beside)
     os.environ.pop("DASHBOARD_TOKEN", None)  # the pages themselves, not the token gate
     s = load()
     recent = recent_batches(s.store_path)
