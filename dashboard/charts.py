@@ -40,10 +40,12 @@ def _lean(name: str = "plotly_white") -> go.layout.Template:
 
 
 pio.templates[TEMPLATE] = _lean()
-pio.templates.default = TEMPLATE  # a new figure takes it as it is made (set again, it would be copied again)
+pio.templates.default = TEMPLATE  # a new figure takes it as it is made, its cheapest way in
 
 
 def _layout(fig: go.Figure, title: str, height: int = 340, y_title: str | None = None) -> go.Figure:
+    if pio.templates.default != TEMPLATE:  # another library's since (Streamlit sets its own as it is imported)
+        fig.update_layout(template=TEMPLATE)
     fig.update_layout(height=height, title=dict(text=title, x=0, font=dict(size=15)),
                       margin=dict(l=10, r=10, t=70, b=10),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),

@@ -6,6 +6,7 @@ import inspect
 import re
 
 import pandas as pd
+import pytest
 import plotly.io as pio
 
 from dashboard import charts
@@ -17,7 +18,11 @@ def test_the_charts_draw_only_the_trace_types_their_template_holds():
     assert used and used <= set(charts.TRACES), used - set(charts.TRACES)
 
 
-def test_a_chart_looks_as_plotly_white_draws_it():
+@pytest.mark.parametrize("default", [charts.TEMPLATE, "plotly"])
+def test_a_chart_looks_as_plotly_white_draws_it(default, monkeypatch):
+    """`default`: Plotly's default template as the charts find it (Streamlit sets its own when it is
+    imported, so in a test process imported after the charts, it is not theirs)."""
+    monkeypatch.setattr(pio.templates, "default", default)
     white = pio.templates["plotly_white"]
     df = pd.DataFrame({"time": pd.to_datetime([0, 1_000], unit="ms"), "query": "fraud", "duration_ms": [5, 7]})
     template = charts.per_query(df, "duration_ms", "Batch duration", "ms").layout.template
