@@ -38,6 +38,7 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 20
+MASTER_GONE_S = 1.0  # not found this long (two looks or more) during a start: it exited
 DAEMON_HEAP = "256m"   # the master's and each worker's own JVM (executors are sized by the apps)
 # what the master and workers run with: no REST submission server (one port less, and no
 # unauthenticated submissions), and a worker cleans up the folders of applications long gone
@@ -248,11 +249,18 @@ def wait_alive(s: Settings, workers: list[int], timeout: float = START_TIMEOUT_S
     """Wait until the master answers and lists each of `workers` ALIVE; its JSON."""
     deadline = time.monotonic() + timeout
     doc = None
+    missed_at = None  # when the master's process was first not found, since it was last found
     while time.monotonic() < deadline:
         doc = master_json(s)
         if doc and doc.get("status") == "ALIVE" and set(workers) <= set(alive_workers(doc, s)):
             return doc
-        if not master_pids(s):
+        if master_pids(s):
+            missed_at = None
+        elif missed_at is None:
+            # one look can miss it: its start execs three times (env, bash, java), and a process in
+            # the middle of an exec shows no command line for that moment
+            missed_at = time.monotonic()
+        elif time.monotonic() - missed_at >= MASTER_GONE_S:
             raise ClusterError(f"The Spark master exited during start-up; {s.cluster_dir / 'master.log'} "
                                f"ends with: {_tail(s.cluster_dir / 'master.log')}")
         time.sleep(0.5)

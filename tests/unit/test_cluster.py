@@ -157,3 +157,28 @@ def test_worker_down_is_refused_in_one_sentence(tmp_path, env, worker, says):
     ex.take_commands()
     row = commands.get(db, cid)
     assert (row["status"], row["result"]) == (commands.FAILED, says)
+
+
+def test_a_master_missed_by_one_look_during_its_start_is_not_called_exited(tmp_path, monkeypatch):
+    """Its start execs three times (env, bash, java): one look at /proc can find no command line."""
+    s = load({**ENV, "CARDSTREAM_RUN_DIR": str(tmp_path)})
+    looks = iter([[], [4242], [], [4242]])
+    answers = iter([None, None, None, {"status": "ALIVE"}])
+    monkeypatch.setattr(cluster, "master_pids", lambda _s: next(looks))
+    monkeypatch.setattr(cluster, "master_json", lambda _s: next(answers))
+    monkeypatch.setattr(cluster, "alive_workers", lambda doc, _s: [0])
+    monkeypatch.setattr(cluster.time, "sleep", lambda _t: None)
+    assert cluster.wait_alive(s, [0], timeout=30) == {"status": "ALIVE"}
+
+
+def test_a_master_gone_for_good_during_its_start_is_said_with_its_log(tmp_path, monkeypatch):
+    s = load({**ENV, "CARDSTREAM_RUN_DIR": str(tmp_path)})
+    s.cluster_dir.mkdir(parents=True)
+    (s.cluster_dir / "master.log").write_text("Error: no main class\n")
+    monkeypatch.setattr(cluster, "master_pids", lambda _s: [])
+    monkeypatch.setattr(cluster, "master_json", lambda _s: None)
+    monkeypatch.setattr(cluster.time, "sleep", lambda t: None)
+    clock = iter(range(0, 1000))  # each look a second later
+    monkeypatch.setattr(cluster.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(cluster.ClusterError, match=r"exited during start-up; .*ends with: Error: no main class"):
+        cluster.wait_alive(s, [0], timeout=30)
