@@ -245,22 +245,33 @@ def start_worker(s: Settings, i: int) -> int:
     return _spawn(worker_command(s, i), s.cluster_dir / f"worker-{i}.log", s)
 
 
+@dataclass
+class Lookout:
+    """A process looked for again and again: gone only once not found for `gone_s`. Why: one look
+    can miss it, as the master's start execs three times (env, bash, java) and a process in the
+    middle of an exec shows no command line for that moment."""
+    gone_s: float = MASTER_GONE_S
+    missed_at: float | None = None  # when it was first not found, since it was last found
+
+    def gone(self, found: bool, now: float) -> bool:
+        if found:
+            self.missed_at = None
+            return False
+        if self.missed_at is None:
+            self.missed_at = now
+        return now - self.missed_at >= self.gone_s
+
+
 def wait_alive(s: Settings, workers: list[int], timeout: float = START_TIMEOUT_S) -> dict:
     """Wait until the master answers and lists each of `workers` ALIVE; its JSON."""
     deadline = time.monotonic() + timeout
     doc = None
-    missed_at = None  # when the master's process was first not found, since it was last found
+    master = Lookout()
     while time.monotonic() < deadline:
         doc = master_json(s)
         if doc and doc.get("status") == "ALIVE" and set(workers) <= set(alive_workers(doc, s)):
             return doc
-        if master_pids(s):
-            missed_at = None
-        elif missed_at is None:
-            # one look can miss it: its start execs three times (env, bash, java), and a process in
-            # the middle of an exec shows no command line for that moment
-            missed_at = time.monotonic()
-        elif time.monotonic() - missed_at >= MASTER_GONE_S:
+        if master.gone(bool(master_pids(s)), time.monotonic()):
             raise ClusterError(f"The Spark master exited during start-up; {s.cluster_dir / 'master.log'} "
                                f"ends with: {_tail(s.cluster_dir / 'master.log')}")
         time.sleep(0.5)

@@ -6,8 +6,8 @@ import inspect
 import re
 
 import pandas as pd
-import pytest
 import plotly.io as pio
+import pytest
 
 from dashboard import charts
 
@@ -18,11 +18,24 @@ def test_the_charts_draw_only_the_trace_types_their_template_holds():
     assert used and used <= set(charts.TRACES), used - set(charts.TRACES)
 
 
-@pytest.mark.parametrize("default", [charts.TEMPLATE, "plotly"])
-def test_a_chart_looks_as_plotly_white_draws_it(default, monkeypatch):
-    """`default`: Plotly's default template as the charts find it (Streamlit sets its own when it is
-    imported, so in a test process imported after the charts, it is not theirs)."""
-    monkeypatch.setattr(pio.templates, "default", default)
+@pytest.fixture(params=["the charts' own", "Streamlit's"])
+def default(request):
+    """Plotly's default template as the charts find it: theirs, or Streamlit's, set by Streamlit's own
+    theme setup (it runs as Streamlit is imported: in the server before the charts, in a test
+    process maybe after them). Put back as it was afterwards."""
+    before = pio.templates.default
+    if request.param == "Streamlit's":
+        from streamlit.elements.lib.streamlit_plotly_theme import configure_streamlit_plotly_theme
+
+        configure_streamlit_plotly_theme()
+        assert pio.templates.default != charts.TEMPLATE
+    else:
+        pio.templates.default = charts.TEMPLATE
+    yield request.param
+    pio.templates.default = before
+
+
+def test_a_chart_looks_as_plotly_white_draws_it(default):
     white = pio.templates["plotly_white"]
     df = pd.DataFrame({"time": pd.to_datetime([0, 1_000], unit="ms"), "query": "fraud", "duration_ms": [5, 7]})
     template = charts.per_query(df, "duration_ms", "Batch duration", "ms").layout.template

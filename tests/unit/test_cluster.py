@@ -4,6 +4,7 @@ the Overview's link to the master's UI."""
 from __future__ import annotations
 
 import socket
+import time
 import zipfile
 from types import SimpleNamespace
 
@@ -159,26 +160,25 @@ def test_worker_down_is_refused_in_one_sentence(tmp_path, env, worker, says):
     assert (row["status"], row["result"]) == (commands.FAILED, says)
 
 
-def test_a_master_missed_by_one_look_during_its_start_is_not_called_exited(tmp_path, monkeypatch):
-    """Its start execs three times (env, bash, java): one look at /proc can find no command line."""
-    s = load({**ENV, "CARDSTREAM_RUN_DIR": str(tmp_path)})
-    looks = iter([[], [4242], [], [4242]])
-    answers = iter([None, None, None, {"status": "ALIVE"}])
-    monkeypatch.setattr(cluster, "master_pids", lambda _s: next(looks))
-    monkeypatch.setattr(cluster, "master_json", lambda _s: next(answers))
-    monkeypatch.setattr(cluster, "alive_workers", lambda doc, _s: [0])
-    monkeypatch.setattr(cluster.time, "sleep", lambda _t: None)
-    assert cluster.wait_alive(s, [0], timeout=30) == {"status": "ALIVE"}
+
+def test_a_process_missed_by_one_look_is_not_gone_until_missed_for_a_second():
+    """The master's start execs three times (env, bash, java): one look at /proc can miss it."""
+    look = cluster.Lookout(gone_s=1.0)
+    assert not look.gone(False, 10.0) and not look.gone(True, 10.5)  # missed once, then found
+    assert not look.gone(False, 11.0) and not look.gone(False, 11.5)  # missed again: half a second
+    assert look.gone(False, 12.0)  # a second without it
 
 
-def test_a_master_gone_for_good_during_its_start_is_said_with_its_log(tmp_path, monkeypatch):
-    s = load({**ENV, "CARDSTREAM_RUN_DIR": str(tmp_path)})
+def test_a_master_that_never_started_is_said_gone_with_its_log(tmp_path):
+    """No master process and nothing answering on its UI port (a free one): `wait_alive` says so,
+    with the log's end, a second after its first look, not at the timeout."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        ui_port = sock.getsockname()[1]
+    s = load({**ENV, "CARDSTREAM_RUN_DIR": str(tmp_path), "SPARK_MASTER_UI_PORT": str(ui_port)})
     s.cluster_dir.mkdir(parents=True)
-    (s.cluster_dir / "master.log").write_text("Error: no main class\n")
-    monkeypatch.setattr(cluster, "master_pids", lambda _s: [])
-    monkeypatch.setattr(cluster, "master_json", lambda _s: None)
-    monkeypatch.setattr(cluster.time, "sleep", lambda t: None)
-    clock = iter(range(0, 1000))  # each look a second later
-    monkeypatch.setattr(cluster.time, "monotonic", lambda: float(next(clock)))
-    with pytest.raises(cluster.ClusterError, match=r"exited during start-up; .*ends with: Error: no main class"):
-        cluster.wait_alive(s, [0], timeout=30)
+    (s.cluster_dir / "master.log").write_text("Error: Could not find or load main class\n")
+    t0 = time.monotonic()
+    with pytest.raises(cluster.ClusterError, match=r"exited during start-up; .*ends with: Error: Could not find"):
+        cluster.wait_alive(s, [0], timeout=60)
+    assert cluster.MASTER_GONE_S <= time.monotonic() - t0 < 10
