@@ -56,7 +56,7 @@ SMOKE = {
     "peer": ["--events", "2000", "--producers", "1", "--partitions", "2", "--rate", "100", "--seconds", "2",
              "--warmup", "1", "--timeout", "120"],
     "produce": ["--count", "2000"],
-    "throughput": ["--events", "2000", "--producers", "1", "--partitions", "2", "--timeout", "120"],
+    "throughput": ["--events", "2000", "--producers", "1", "--partitions", "2", "--warmup", "1", "--timeout", "120"],
     "latency": ["--rate", "50", "--seconds", "2", "--warmup", "0", "--drain-seconds", "120"],
     "guarantees": ["--only", "crash-after-sink"],
     "recovery": ["--rounds", "1", "--crash", "usage"],

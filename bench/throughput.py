@@ -10,7 +10,10 @@ At-most-once is told to start from the earliest offset here (it normally starts 
 otherwise it would see none of the pre-filled topic. Every query runs with a 0 s trigger (a batch
 starts when the one before it ends; the job's own USAGE_TRIGGER_SECONDS paces a live feed, not a
 backlog) and maxOffsetsPerTrigger as the job's (USAGE_MAX_OFFSETS), and its state is unloaded from
-the JVM when it stops (`unload_state`). One untimed warm-up pass of every query first (JIT); with
+the JVM when it stops (`unload_state`). Untimed warm-up passes of every query first (`--warmup`,
+3: in one application, ten passes of each, the no-op's second pass still took 3.47 µs of the JVM's
+CPU an event and its third on 1.97–2.52; the others' from their third on within the spread of their
+later passes, bench/RESULTS.md); with
 `--rounds R` every query runs R times, each round in a rotated order (so a load that drifts over
 the run falls on every query alike), and each figure is the median of its R runs.
 
@@ -159,14 +162,16 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1, help="runs of each query; figures are medians")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed passes of every query before the rounds (the JIT's steady state)")
     parser.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: setting)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--topic", help="reuse a topic already filled with exactly --events events")
     parser.add_argument("--cluster", action="store_true",
                         help="run on the Spark standalone cluster (SPARK_MASTER_PORT, SPARK_WORKERS ...)")
     args = parser.parse_args(argv)
-    if args.events < 1 or args.producers < 1 or args.rounds < 1:
-        raise SystemExit("--events, --producers and --rounds must be positive.")
+    if args.events < 1 or args.producers < 1 or args.rounds < 1 or args.warmup < 0:
+        raise SystemExit("--events, --producers and --rounds must be positive, --warmup not negative.")
 
     base = load()
     if args.cluster and base.spark_master.startswith("local"):
@@ -203,8 +208,9 @@ def _run(args, base) -> dict:
             job = UsageJob(list(GUARANTEES), s, windows=False, amo_from_earliest=True)
             job.spark = spark
             job.epoch = fencing.take_lease(job.db, "usage")  # the queries run here, not through job.run()
-            for q in queries:  # each query's own code warmed (JIT) once, not only exactly-once's
-                measure(job, q, args.events, args.timeout, label="warm-up (not counted) ")
+            for w in range(args.warmup):  # each query's own code warmed (JIT), not only exactly-once's
+                for q in queries:
+                    measure(job, q, args.events, args.timeout, label=f"warm-up {w + 1} (not counted) ")
             for r in range(args.rounds):
                 for q in queries[r % len(queries):] + queries[:r % len(queries)]:
                     runs[q].append(measure(job, q, args.events, args.timeout, label=f"round {r + 1}: "))

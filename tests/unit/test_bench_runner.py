@@ -107,6 +107,11 @@ def test_bench_all_refuses_bad_arguments_in_one_sentence():
     assert r.returncode != 0 and "--repeat must be 1 or more" in r.stderr
 
 
+def test_bench_throughput_refuses_a_negative_warm_up_before_starting_anything():
+    r = run_bench("throughput", "--warmup", "-1")
+    assert r.returncode != 0 and "--warmup not negative" in r.stderr, r.stderr[-500:]
+
+
 def test_percentile_nearest_rank():
     values = list(range(1, 101))
     assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
