@@ -4,9 +4,10 @@ simulator's labels in Kafka), Debian's Chromium driven by Playwright. Opens ever
 figures and, with the check the live walk uses too (tests/harness/browser.py), that no figure or tile
 label is cut, "nan", "None" or a count with ".0", no chart is empty without a sentence and the sidebar's
 Kafka badge is not red while the broker runs; presses the crash button,
-sees the command recorded and marked on the guarantees chart. The first-minute and guarantees
-screenshots go to docs/screenshots/; the README's page screenshots come from the live walk of make
-demo's stack (tests/e2e/test_standby.py), this walk's pages only to the test's own folder.
+sees the command recorded and marked on the guarantees chart. Every screenshot of a seeded store
+goes to the test's own folder, never to docs/screenshots/ (test evidence, not the product, and a
+`make test` leaves the tracked pictures alone); the README's come from the live walk of make demo's
+stack (tests/e2e/test_standby.py).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dashboard import fmt
 from infra import kafka_client
 from infra.config import load
 from tests.harness.append_times import decision, latencies, transaction, transaction_doc
-from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, kafka_badge, settle, streamlit
+from tests.harness.browser import PAGES, check_and_shoot, chromium, kafka_badge, settle, streamlit
 from tests.harness.dashboard_seed import (FAULT_BATCH, MODEL_RUNS, RATE, RT_UNPUBLISHED, label_records, rt_decision,
                                           seed_bench_runs, seed_first_minute, seed_models, seed_realtime, seed_store,
                                           simulator_labels)
@@ -130,7 +131,6 @@ def dashboard(tmp_path, kafka, topic, monkeypatch):
 
 def test_every_page_in_chromium(dashboard, tmp_path):
     base, db_path, seeded = dashboard
-    SHOTS.mkdir(parents=True, exist_ok=True)
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         for path in WALK:
@@ -162,7 +162,7 @@ def test_every_page_in_chromium(dashboard, tmp_path):
         markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
             "els => els.map(e => e.textContent || '')")
         assert sum("crash" in m for m in markers) == 2, markers  # the seeded crash and the one just pressed
-        check_and_shoot(page, "guarantees (after crash)", SHOTS / "guarantees-after-crash.png", tmp_path)
+        check_and_shoot(page, "guarantees (after crash)", tmp_path / "seeded-guarantees-after-crash.png", tmp_path)
 
 
 def test_guarantees_with_no_fault_in_chromium(tmp_path, kafka):
@@ -182,7 +182,7 @@ def test_guarantees_with_no_fault_in_chromium(tmp_path, kafka):
         settle(page)  # drawn and still
         body = page.locator("[data-testid=stMain]").inner_text()
         assert body.count("lost 0 · duplicated 0") == 3 and "lost +" not in body and "no fault recorded" not in body
-        check_and_shoot(page, "guarantees (no fault)", SHOTS / "guarantees-no-fault.png", tmp_path)
+        check_and_shoot(page, "guarantees (no fault)", tmp_path / "seeded-guarantees-no-fault.png", tmp_path)
 
 
 @pytest.mark.parametrize("phase,texts", [
@@ -231,4 +231,4 @@ def test_first_minute_in_chromium(tmp_path, kafka, topic, phase, texts):
         # the badge too (issue 36 item 8): the broker runs, so it names it and is not red
         badge = kafka_badge(page)
         assert badge is not None and badge[0] != "error" and kafka in badge[1], badge
-        check_and_shoot(page, f"overview ({phase})", SHOTS / f"overview-{phase}.png", tmp_path)
+        check_and_shoot(page, f"overview ({phase})", tmp_path / f"seeded-overview-{phase}.png", tmp_path)
