@@ -160,7 +160,6 @@ def test_worker_down_is_refused_in_one_sentence(tmp_path, env, worker, says):
     assert (row["status"], row["result"]) == (commands.FAILED, says)
 
 
-
 def test_a_process_missed_by_one_look_is_not_gone_until_missed_for_a_second():
     """The master's start execs three times (env, bash, java): one look at /proc can miss it."""
     look = cluster.Lookout(gone_s=1.0)

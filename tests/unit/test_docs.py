@@ -393,7 +393,8 @@ def test_no_test_over_a_seeded_store_writes_a_picture_into_the_docs():
     folder (a `make test` leaves docs/screenshots/ as committed but for the live runs' pictures)."""
     for source in (ROOT / "tests" / "browser").glob("test_*.py"):
         text = source.read_text()
-        assert "SHOTS" not in text, f"{source.name} uses the docs' screenshot folder (tests/harness/browser.py SHOTS)"
+        assert "SHOTS" not in text and '"screenshots"' not in text, \
+            f"{source.name} uses the docs' screenshot folder (tests/harness/browser.py SHOTS)"
 
 
 def test_the_readme_is_a_newcomer_s_page():
