@@ -129,24 +129,39 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                    a.features_topic)
 
 
+def read_transactions(spark, o: Options, s: Settings):
+    """The transactions topic as Kafka rows, in bounded batches by default (MAX_OFFSETS_PER_TRIGGER:
+    a backlog drains in batches of bounded memory)."""
+    from pipelines.engine.sources import read_kafka
+
+    return read_kafka(spark, o.transactions_topic, s, starting_offsets=o.starting_offsets,
+                      max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
+
+
 def build_scored(spark, o: Options, s: Settings, exclude: str | None = None, model=None):
-    """Kafka -> (valid transactions scored per card, malformed records) as two streaming frames.
+    """Kafka -> valid transactions scored per card, as a streaming frame.
 
     `exclude`: a condition on the Kafka records' partition and offset (the poison records the
     poison-batch rule dead-lettered), applied right after the source, before anything stateful.
     """
     from pipelines.engine.sources import read_kafka
 
-    source = read_kafka(spark, o.transactions_topic, s, starting_offsets=o.starting_offsets,
-                        # bounded batches by default (MAX_OFFSETS_PER_TRIGGER): a backlog drains in
-                        # batches of bounded memory
-                        max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
+    source = read_transactions(spark, o, s)
     # the labels from the start of the topic (a terminal's risk needs the last 37 days of them),
     # unless the job starts at the latest offsets
     labels = read_kafka(spark, o.labels_topic, s, starting_offsets="latest" if o.starting_offsets == "latest" else "earliest",
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    return score(source.where(exclude) if exclude else source, s, o.threshold, labels, model,
-                 card_history=o.mode == "realtime")
+    scored, _ = score(source.where(exclude) if exclude else source, s, o.threshold, labels, model,
+                      card_history=o.mode == "realtime")
+    return scored
+
+
+def build_malformed(spark, o: Options, s: Settings):
+    """Kafka -> the transactions that break the contract (`dlq_reason`), as a streaming frame: the
+    dead-letter query's plan, the parse alone (not the scoring `build_scored` plans beside it)."""
+    from pipelines.engine.sources import parse_transactions
+
+    return malformed(parse_transactions(read_transactions(spark, o, s)))
 
 
 def score(source, s: Settings, threshold: float, labels=None, model=None, card_history: bool = False):
@@ -164,7 +179,6 @@ def score(source, s: Settings, threshold: float, labels=None, model=None, card_h
     from pipelines.engine.sources import parse_transactions
 
     parsed = parse_transactions(source)
-    bad = parsed.where(F.col("dlq_reason").isNotNull())
     valid = (parsed.where(F.col("dlq_reason").isNull())
              .withColumn("event_ts", F.timestamp_millis("event_time"))
              .withWatermark("event_ts", f"{s.watermark_seconds} seconds")
@@ -172,7 +186,14 @@ def score(source, s: Settings, threshold: float, labels=None, model=None, card_h
                      "produced_at", "offset"))
     history = with_history(per_card(valid, s), labels_frame(labels) if labels is not None else None,
                            SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days, card_history)
-    return with_payloads(verdict(history, threshold, model)), bad
+    return with_payloads(verdict(history, threshold, model)), malformed(parsed)
+
+
+def malformed(parsed):
+    """`parse_transactions` rows -> those with a `dlq_reason` (the dead letters)."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("dlq_reason").isNotNull())
 
 
 def verdict(scored, threshold: float, model=None):
@@ -248,13 +269,13 @@ def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quaranti
         excluded = quarantine.excluded() if quarantine else None
         if excluded:
             log.info("decisions query starts without the poison records: %s", excluded[:200])
-        scored, _ = build_scored(spark, o, s, excluded, model())
+        scored = build_scored(spark, o, s, excluded, model())
         return trigger(scored.writeStream.queryName(JOB)
                        .option("checkpointLocation", str(o.checkpoint / "decisions"))
                        .foreachBatch(guard(JOB, sinks.decisions)), o.trigger_seconds).start()
 
     def dead_letters(restart=False):
-        _, bad = build_scored(spark, o, s)
+        bad = build_malformed(spark, o, s)
         return trigger(bad.writeStream.queryName(f"{JOB}-dlq")
                        .option("checkpointLocation", str(o.checkpoint / "dlq"))
                        .foreachBatch(guard(f"{JOB}-dlq", sinks.dead_letters)),

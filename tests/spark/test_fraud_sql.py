@@ -262,3 +262,22 @@ def test_a_card_off_its_key_partition_has_an_unknown_profile_age(spark, tmp_path
     for offset, (card, *_rest) in enumerate(rows):
         on_home = rows[offset][5] == home[card]
         assert (got[offset] is not None) == on_home, (card, rows[offset][5], home[card], got[offset])
+
+
+def test_the_dead_letter_query_plans_the_parse_alone(spark, settings):
+    """The fraud job's dead-letter query reads the transactions topic and keeps the records the
+    contract refuses: its plan holds no labels source and no stateful operator, which planning the
+    scoring beside it cost every job start about a second (bench/RESULTS.md#jvm-start)."""
+    from pipelines.fraud.job import build_malformed, build_scored, parse_args
+
+    o = parse_args(["--transactions-topic", f"tx-{uuid.uuid4().hex[:8]}"], settings)
+
+    def operators(df) -> list[str]:
+        tree = df._jdf.queryExecution().logical().treeString()
+        return [line.strip(" +-:'~").split(" ")[0] for line in tree.splitlines()]
+
+    bad, scored = operators(build_malformed(spark, o, settings)), operators(build_scored(spark, o, settings))
+    assert bad.count("StreamingRelationV2") == 1, bad
+    assert not {"TransformWithState", "EventTimeWatermark", "Union"} & set(bad), bad
+    # the decisions query's plan, for contrast: two topics, the per-card state
+    assert scored.count("StreamingRelationV2") == 2 and "TransformWithState" in scored, scored
