@@ -151,9 +151,8 @@ def build_scored(spark, o: Options, s: Settings, exclude: str | None = None, mod
     # unless the job starts at the latest offsets
     labels = read_kafka(spark, o.labels_topic, s, starting_offsets="latest" if o.starting_offsets == "latest" else "earliest",
                         max_offsets_per_trigger=o.max_offsets_per_trigger or s.max_offsets_per_trigger)
-    scored, _ = score(source.where(exclude) if exclude else source, s, o.threshold, labels, model,
-                      card_history=o.mode == "realtime")
-    return scored
+    return score(source.where(exclude) if exclude else source, s, o.threshold, labels, model,
+                 card_history=o.mode == "realtime")
 
 
 def build_malformed(spark, o: Options, s: Settings):
@@ -166,11 +165,11 @@ def build_malformed(spark, o: Options, s: Settings):
 
 def score(source, s: Settings, threshold: float, labels=None, model=None, card_history: bool = False):
     """Rows shaped as Kafka's (key, value, topic, partition, offset, timestamp, timestampType) ->
-    (valid transactions scored per card with the event-time features (pipelines/fraud/features.py;
+    the valid transactions scored per card with the event-time features (pipelines/fraud/features.py;
     `labels`: Kafka rows of the labels topic, the terminals' feedback) and the aggregator's score
-    and verdict — by the rules, or by `model`, a learned version (pipelines/fraud/models.py) —
-    malformed records). `card_history`: each card's last row of a batch carries its event-time
-    state (features.CARD_HISTORY; the real-time path's seed).
+    and verdict — by the rules, or by `model`, a learned version (pipelines/fraud/models.py); the
+    malformed ones are `build_malformed`'s. `card_history`: each card's last row of a batch carries
+    its event-time state (features.CARD_HISTORY; the real-time path's seed).
 
     The verdict is part of the streaming plan, planned once with it: built in the sink instead,
     its Python expression building and a second query plan cost every batch 60-80 ms."""
@@ -186,7 +185,7 @@ def score(source, s: Settings, threshold: float, labels=None, model=None, card_h
                      "produced_at", "offset"))
     history = with_history(per_card(valid, s), labels_frame(labels) if labels is not None else None,
                            SCORED_DDL, s.state_ttl_minutes * 60_000, s.label_delay_days, card_history)
-    return with_payloads(verdict(history, threshold, model)), malformed(parsed)
+    return with_payloads(verdict(history, threshold, model))
 
 
 def malformed(parsed):
@@ -244,7 +243,7 @@ def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False)
              "event_time": now - (32 - i) * 1000, "produced_at": now} for i in range(32)]
     rows = kafka_rows([(t["card_id"].encode(), json.dumps(t).encode()) for t in txns], now)
     with scratch_stream(spark, s, rows, JOB) as (source, tmp):
-        scored, _ = score(source, s, s.fraud_threshold)
+        scored = score(source, s, s.fraud_threshold)
         query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
                  .option("checkpointLocation", f"{tmp}/checkpoint")
                  .foreachBatch(lambda df, _batch: scored_table(df))
