@@ -84,7 +84,7 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
         # PySpark records the Python call site of every Column function for error messages: four
-        # Py4J calls and a stack walk each, about 2,000 as a job plans its queries. Off: a fraud
+        # Py4J calls and a stack walk each, thousands as a job plans its queries. Off: a fraud
         # job's start 1.2 s and 1.9 CPU-s shorter (bench/RESULTS.md#jvm-start); errors keep their JVM trace
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
