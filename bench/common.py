@@ -37,6 +37,35 @@ def logger(name: str):
     return log
 
 
+@contextlib.contextmanager
+def busy_cores(n: int, log=None):
+    """`n` processes that each keep a core busy (a Python loop at the bench's own priority) while
+    the block runs: the shared demo host of the standards ("failover, latency and tests must hold
+    with a core kept busy by something else"). Their CPU seconds are returned in the yielded dict
+    (`cpu_s`) when the block ends, so a run can show the load was there."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(0, n))]
+    out: dict = {"cores": len(procs), "cpu_s": None}
+    if procs and log:
+        log(f"{len(procs)} core(s) kept busy by a loop (pids {', '.join(str(p.pid) for p in procs)})")
+    try:
+        yield out
+    finally:
+        if procs:
+            out["cpu_s"] = round(sum(_cpu_seconds(p.pid) for p in procs), 1)
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc (0 off Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def record(kind: str, prefix: str, i: int, now: int) -> bytes:
     """One decision (every 50th is fraud) or transaction payload, cheap to format."""
     if kind == "transactions":

@@ -3,6 +3,8 @@ committed batch after the kill, what one batch is, and when its lag is back unde
 from __future__ import annotations
 
 import json
+import os
+import time
 
 from bench import all as bench_all
 from bench.recovery import caught_up, first_committed, lag_at, one_batch
@@ -48,3 +50,32 @@ def test_the_run_settings_are_not_figures():
                                               "settings": {"trigger_seconds": 1.0, "rate": 200}}})
     kept = {k for k in figures if not bench_all.NOT_FIGURES.search(k)}
     assert kept == {"recovery.fraud_s", "recovery.fraud_caught_up_s"}
+
+
+def test_busy_cores_keeps_its_loops_running_for_the_block_and_stops_them_after():
+    """`--busy N`'s load is real (the loops used CPU over the block) and gone once the block ends."""
+    from bench.common import _cpu_seconds, busy_cores
+
+    with busy_cores(1) as busy:
+        (pid,) = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_loop(int(p))]
+        deadline = time.monotonic() + 30  # on a loaded machine the loop gets what the others leave
+        while _cpu_seconds(pid) < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert busy["cores"] == 1 and busy["cpu_s"] >= 0.2, busy
+    assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
+
+
+def _is_loop(pid: int) -> bool:
+    try:  # a process of the machine's may end while it is read
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    return cmd[-2:] == [b"while True: pass", b""] and parent == os.getpid()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
