@@ -281,3 +281,16 @@ def test_the_dead_letter_query_plans_the_parse_alone(spark, settings):
     assert not {"TransformWithState", "EventTimeWatermark", "Union"} & set(bad), bad
     # the decisions query's plan, for contrast: two topics, the per-card state
     assert scored.count("StreamingRelationV2") == 2 and "TransformWithState" in scored, scored
+
+
+def test_the_stateful_operators_take_the_rows_as_they_are_grouped_by_column(spark, settings):
+    """Each transformWithState of the decisions plan (the card scoring, the card and terminal
+    windows) groups its rows by a column: no AppendColumns step turning every row into an object
+    for a key function, whose code every task generated again (bench/RESULTS.md#recovery-beside-a-core-kept-busy-2026-11-27-the-slower-machine)."""
+    from pipelines.fraud.job import build_scored, parse_args
+
+    o = parse_args(["--transactions-topic", f"tx-{uuid.uuid4().hex[:8]}"], settings)
+    tree = build_scored(spark, o, settings)._jdf.queryExecution().analyzed().treeString()
+    operators = [line.strip(" +-:'~").split(" ")[0] for line in tree.splitlines()]
+    assert operators.count("TransformWithState") == 3, operators
+    assert not [op for op in operators if op.startswith("AppendColumns")], operators

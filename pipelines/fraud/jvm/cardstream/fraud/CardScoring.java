@@ -5,7 +5,6 @@ import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -48,9 +47,7 @@ public final class CardScoring {
     public static Dataset<Row> score(Dataset<Row> valid, String scoredDdl, String limits, long ttlMs) {
         StructType out = StructType.fromDDL(scoredDdl);
         LiveProfiles.Limits l = LiveProfiles.Limits.parse(limits);
-        int card = valid.schema().fieldIndex("card_id");
-        return valid
-            .groupByKey((MapFunction<Row, String>) r -> r.getString(card), Encoders.STRING())
+        return History.byColumn(valid, valid.col("card_id"))
             .transformWithState(new Processor(l, ttlMs, valid.schema(), out), TimeMode.ProcessingTime(),
                                 OutputMode.Append(), Encoders.row(out));
     }

@@ -6,11 +6,13 @@ import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
 
-import org.apache.spark.api.java.function.MapFunction;
+import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.functions;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.StatefulProcessor;
 import org.apache.spark.sql.streaming.TTLConfig;
@@ -228,15 +230,28 @@ public final class History {
     public static Dataset<Row> cardWindows(Dataset<Row> scored, String outDdl, long ttlMs, boolean keepHistory) {
         StructType out = StructType.fromDDL(outDdl);
         StructType in = scored.schema();
-        int card = in.fieldIndex("card_id");
         boolean column = out.fieldNames()[out.length() - 1].equals(HISTORY_COLUMN);
-        return scored
-            .groupByKey((MapFunction<Row, String>) r -> r.getString(card), Encoders.STRING())
+        return byColumn(scored, scored.col("card_id"))
             .transformWithState(new CardProcessor(in, ttlMs, column, keepHistory), TimeMode.ProcessingTime(),
                                 OutputMode.Append(), Encoders.row(out));
     }
 
     static final String HISTORY_COLUMN = "c_history";
+
+    /**
+     * `rows` grouped by the string `key` (a column or an expression of them) for transformWithState,
+     * each row handed over as it is. Why not groupByKey(function): that turns every row into a Row
+     * object to call the function, a stage whose deserializer's code every task generates again
+     * (Spark caches the compiled class, keyed by its source, but builds the source each time): 11 %
+     * of the fraud job's JVM samples at the demo's 200 tx/s; without it the job's CPU a row fell
+     * about 5 % (bench/RESULTS.md#recovery-beside-a-core-kept-busy-2026-11-27-the-slower-machine).
+     * The state keeps the same key (a string, Encoders.STRING()'s) and the shuffle hashes the same
+     * value, so a checkpoint written before resumes with the same decisions.
+     */
+    static KeyValueGroupedDataset<String, Row> byColumn(Dataset<Row> rows, Column key) {
+        // named as groupByKey names its key (Encoders.STRING()'s field): the state's key schema stays the same
+        return rows.groupBy(key.as("value")).as(Encoders.STRING(), Encoders.row(rows.schema()));
+    }
 
     /** A card's history as "times;amounts;over" (comma-separated longs each; LiveProfiles.history reads it). */
     static String historyText(long[] times, long[] amounts, long[] over, int from, int to) {
@@ -370,9 +385,7 @@ public final class History {
     public static Dataset<Row> terminalWindows(Dataset<Row> rows, String outDdl, long ttlMs, long delayMs) {
         StructType out = StructType.fromDDL(outDdl);
         StructType in = rows.schema();
-        int merchant = in.fieldIndex("merchant_id");
-        return rows
-            .groupByKey((MapFunction<Row, String>) r -> r.isNullAt(merchant) ? "" : r.getString(merchant), Encoders.STRING())
+        return byColumn(rows, functions.coalesce(rows.col("merchant_id"), functions.lit("")))
             .transformWithState(new TerminalProcessor(in, ttlMs, delayMs), TimeMode.ProcessingTime(), OutputMode.Append(),
                                 Encoders.row(out));
     }
