@@ -51,19 +51,20 @@ def busy_cores(n: int, log=None):
         yield out
     finally:
         if procs:
-            out["cpu_s"] = round(sum(_cpu_seconds(p.pid) for p in procs), 1)
+            out["cpu_s"] = round(sum(cpu_seconds(p.pid) or 0.0 for p in procs), 1)
         for p in procs:
             p.kill()
             p.wait()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process, from /proc (0 off Linux)."""
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a live process has used so far, from /proc; None off Linux or
+    once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return None
 
 
 def record(kind: str, prefix: str, i: int, now: int) -> bytes:

@@ -49,7 +49,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from bench.common import fill, own_broker, own_cluster, own_spark, unload_state, wait_for_rows
+from bench.common import cpu_seconds, fill, own_broker, own_cluster, own_spark, unload_state, wait_for_rows
 from bench.limit import noop_query
 from infra import cluster
 from infra.config import load
@@ -112,14 +112,7 @@ def jvm_cpu_seconds(spark) -> float | None:
     """CPU time (user + system) the driver's JVM has used so far, from /proc; None off Linux.
     In local mode every task runs in it, so its difference over a query is the query's CPU, a
     figure other work on a shared machine disturbs far less than the wall clock."""
-    import os
-
-    try:
-        pid = spark._jvm.java.lang.ProcessHandle.current().pid()
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    return cpu_seconds(spark._jvm.java.lang.ProcessHandle.current().pid())
 
 
 def measure(job, query: str, n: int, timeout: float, label: str = "") -> tuple[float, float, float | None]:
