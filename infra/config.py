@@ -121,9 +121,12 @@ class Settings:
     # committed (the two would share the CPU), or after this many seconds
     standby_start_after_takeover_max_s: float = 30.0
     standby: bool = False             # the supervisor keeps a warm standby per job
-    # the fraud standby runs its decisions plan once over a few scratch transactions while it waits
-    # (pipelines.fraud.job.rehearse), so a takeover's first batch finds it all started
+    # a standby runs its job's plans to their end over scratch records while it waits
+    # (pipelines.fraud.job.rehearse, pipelines.usage.job.rehearse), so a takeover's first batch finds it all started
     standby_rehearsal: bool = True
+    # the fraud standby's rehearsal: this many scratch transactions (and a label for every tenth), in
+    # fraud.job.REHEARSAL_BATCHES batches, so the JIT has compiled the per-row code before a takeover needs it
+    standby_rehearsal_rows: int = 6000
     # how much nicer a standby runs until it takes over (its JVM start, warm-up and rehearsal take
     # the CPU the active jobs leave); 0: as nice as the active
     standby_nice: int = 10
@@ -321,6 +324,7 @@ def load(env: dict | None = None) -> Settings:
         standby_start_after_takeover_max_s=_float(env, "STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS", 30.0),
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         standby_rehearsal=(env.get("STANDBY_REHEARSAL") or "1").lower() in ("1", "true", "yes", "on"),
+        standby_rehearsal_rows=_int(env, "STANDBY_REHEARSAL_ROWS", 6000),
         standby_nice=_int(env, "STANDBY_NICE", 10),
         spark_ui=(env.get("SPARK_UI") or "1").lower() in ("1", "true", "yes", "on"),
         jvm_class_archives=(env.get("JVM_CLASS_ARCHIVES") or "1").lower() in ("1", "true", "yes", "on"),

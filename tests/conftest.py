@@ -33,6 +33,9 @@ os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's sta
 # threads cost more CPU than they give back. Measured on 2 cores, quiet: tests/e2e/test_usage_job.py
 # 67 -> 55 s (84 -> 50 CPU-s), test_replay_crash.py and test_poison_batch.py 146 -> 130 s, tests/spark 78 s both
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# ... so a fraud standby rehearses its plans over 32 transactions, not the 6,000 whose per-row code
+# the demo's C2 compiles before a takeover (tests/spark/test_rehearsal.py runs the default's)
+os.environ.setdefault("STANDBY_REHEARSAL_ROWS", "32")
 # `make test` runs two lanes (pytest-xdist's workers gw0, gw1, each test file whole in one of them):
 # the second gets a run folder inside the first's and ports 10 higher, so each has its own broker
 # (a test that stops its broker stops no other test's) and its own Spark master ports

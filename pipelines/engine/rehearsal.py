@@ -41,12 +41,25 @@ def kafka_rows(records: Iterable[tuple[bytes | None, bytes]], appended_ms: int, 
 def scratch_stream(spark, s: Settings, rows: list[tuple], prefix: str):
     """A streaming frame over `rows` (kafka_rows) from a scratch folder, and the folder for the
     rehearsal's checkpoints; both gone afterwards."""
+    with scratch_streams(spark, s, prefix, source=[rows]) as (frames, tmp):
+        yield frames["source"], tmp
+
+
+@contextmanager
+def scratch_streams(spark, s: Settings, prefix: str, **batches: list[list[tuple]]):
+    """Streaming frames, one per keyword, each over its batches of rows (kafka_rows) in order, one
+    micro-batch each, from a scratch folder; and the folder for the rehearsal's checkpoints. All
+    gone afterwards."""
     s.run_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}-rehearsal-", dir=s.run_dir) as tmp:
         schema = kafka_schema()
-        # one file, so one task reads each partition's rows (exactly-once's dedupe counts on it)
-        spark.createDataFrame(rows, schema).coalesce(1).write.parquet(f"{tmp}/in")
-        yield spark.readStream.schema(schema).parquet(f"{tmp}/in"), tmp
+        frames = {}
+        for name, parts in batches.items():
+            for rows in parts:
+                # one file a batch, so one task reads each partition's rows (exactly-once's dedupe counts on it)
+                spark.createDataFrame(rows, schema).coalesce(1).write.mode("append").parquet(f"{tmp}/{name}")
+            frames[name] = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp}/{name}")
+        yield frames, tmp
 
 
 def run_to_end(queries: list, timeout_s: float, cancel: Callable[[], bool] = lambda: False) -> bool:

@@ -230,25 +230,55 @@ def per_card(valid, s: Settings):
     return scored
 
 
+REHEARSAL_BATCHES = 3
+
+
+def rehearsal_rows(now_ms: int, n: int, batches: int = REHEARSAL_BATCHES) -> tuple[list[list[tuple]], list[list[tuple]]]:
+    """`n` scratch transactions in `batches` batches (Kafka rows, event times in order up to
+    `now_ms`, a card paying every few, a terminal every few more) and a label for every tenth (in
+    one batch fewer: the last has none): the decisions plan's two sources as the job reads them."""
+    from pipelines.engine.rehearsal import kafka_rows
+
+    n = max(n, batches)
+    cards, merchants = max(2, n // 4), max(1, n // 16)
+    txns = [{"txn_id": f"rehearsal-{i}", "card_id": f"card-rehearsal-{i % cards}",
+             "merchant_id": f"m-rehearsal-{i % merchants}", "amount_cents": 1_000 + i % 977, "currency": "EUR",
+             "lat": 48.85 + (i % 7) / 100, "lon": 2.35, "event_time": now_ms - (n - i) * 1000, "produced_at": now_ms}
+            for i in range(n)]
+    labels = [{"txn_id": t["txn_id"], "merchant_id": t["merchant_id"], "event_time": t["event_time"],
+               "is_fraud": i % 20 == 0} for i, t in enumerate(txns) if i % 10 == 0]
+    rows = kafka_rows([(t["card_id"].encode(), json.dumps(t).encode()) for t in txns], now_ms)
+    label_rows = kafka_rows([(t["txn_id"].encode(), json.dumps(t).encode()) for t in labels], now_ms)
+    return split(rows, batches), split(label_rows, max(1, batches - 1))
+
+
+def split(rows: list, parts: int) -> list[list]:
+    """`rows` in `parts` consecutive runs of (nearly) equal length, none empty."""
+    size = -(-len(rows) // parts)
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
 def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> bool:
     """A standby's dress rehearsal of its first batch (pipelines/engine/rehearsal.py): the
-    decisions plan (parse, the stateful operator — the JVM processor, or the pandas one with its
-    Python workers and state server — and its RocksDB store, the aggregator, the foreachBatch
-    callback's Arrow collection) over 32 scratch transactions; nothing reaches Kafka or the store."""
-    from pipelines.engine.rehearsal import kafka_rows, run_to_end, scratch_stream
+    decisions plan (parse, the stateful operators — the JVM processors, or the pandas one with its
+    Python workers and state server — and their RocksDB stores, the labels' union, the aggregator,
+    the foreachBatch callback's Arrow collection) over STANDBY_REHEARSAL_ROWS scratch transactions
+    and their labels in REHEARSAL_BATCHES batches; nothing reaches Kafka or the store. Several
+    batches of the same plan: the state loaded and committed again, the JIT's compilers given the
+    per-row code while the standby waits rather than during the takeover's batch."""
+    from pipelines.engine.rehearsal import run_to_end, scratch_streams
 
-    now = int(time.time() * 1000)
-    txns = [{"txn_id": f"rehearsal-{i}", "card_id": f"card-rehearsal-{i % 8}", "merchant_id": "m-rehearsal",
-             "amount_cents": 1_000 + i, "currency": "EUR", "lat": 48.85, "lon": 2.35,
-             "event_time": now - (32 - i) * 1000, "produced_at": now} for i in range(32)]
-    rows = kafka_rows([(t["card_id"].encode(), json.dumps(t).encode()) for t in txns], now)
-    with scratch_stream(spark, s, rows, JOB) as (source, tmp):
-        scored = score(source, s, s.fraud_threshold)
+    txns, labels = rehearsal_rows(int(time.time() * 1000), s.standby_rehearsal_rows)
+    with scratch_streams(spark, s, JOB, source=txns, labels=labels) as (frames, tmp):
+        scored = score(frames["source"], s, s.fraud_threshold, frames["labels"])
         query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
                  .option("checkpointLocation", f"{tmp}/checkpoint")
                  .foreachBatch(lambda df, _batch: scored_table(df))
                  .trigger(availableNow=True).start())
-        return run_to_end([query], timeout_s, cancel)
+        done = run_to_end([query], timeout_s, cancel)
+        read = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        log.info("the standby's rehearsal: %d batches, %d records read", len(read), sum(read))
+        return done
 
 
 def starters(spark, o: Options, s: Settings, sinks: Sinks, poison=None, quarantine=None,
