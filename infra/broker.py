@@ -303,13 +303,18 @@ def _launch(s: Settings, node: int, cluster_id: str, classpath: str,
     _format_storage(p, cluster_id, classpath, archive_opts)
     with open(p["log"], "ab") as log:
         proc = subprocess.Popen(
-            ["java", *archive_opts, f"-Xmx{s.kafka_heap}", f"-Xms{s.kafka_heap}", "-XX:+UseG1GC",
-             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={LOG4J}",
-             "-cp", classpath, "kafka.Kafka", str(p["config"])],
+            java_command(s, classpath, archive_opts, p["config"]),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=_broker_env())
     p["pid"].write_text(str(proc.pid))
     return proc
+
+
+def java_command(s: Settings, classpath: str, archive_opts: list[str], config: Path) -> list[str]:
+    """A broker's command line: the class archive, its heap, KAFKA_JVM_OPTS, then Kafka's main class."""
+    return ["java", *archive_opts, f"-Xmx{s.kafka_heap}", f"-Xms{s.kafka_heap}", "-XX:+UseG1GC", *s.kafka_jvm_opts,
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={LOG4J}",
+            "-cp", classpath, "kafka.Kafka", str(config)]
 
 
 def _what(s: Settings, node: int | None) -> str:

@@ -6,6 +6,7 @@ Every part (simulator, pipelines, dashboard, tests, benchmarks) takes its settin
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,14 @@ def _int(env, name, default):
         return int(raw)
     except ValueError:
         raise SystemExit(f"{name} must be a whole number, not {raw!r}.") from None
+
+
+def _words(env, name):
+    """A command line's worth of words (shell quoting), or a one-sentence error."""
+    try:
+        return tuple(shlex.split(env.get(name) or ""))
+    except ValueError as e:
+        raise SystemExit(f"{name} is not a valid list of options ({e}): {env.get(name)!r}.") from None
 
 
 def _positive(env, name, default):
@@ -76,6 +85,7 @@ class Settings:
     kafka_port: int
     kafka_controller_port: int
     kafka_heap: str
+    kafka_jvm_opts: tuple[str, ...]
     topics: Topics
     # Kafka client security, for every client (kafka-python and Spark's); PLAINTEXT by default
     kafka_security_protocol: str
@@ -251,6 +261,7 @@ def load(env: dict | None = None) -> Settings:
         kafka_port=_int(env, "KAFKA_PORT", 9092),
         kafka_controller_port=_int(env, "KAFKA_CONTROLLER_PORT", 9093),
         kafka_heap=env.get("KAFKA_HEAP", "768m"),  # per broker, also each of a cluster's
+        kafka_jvm_opts=_words(env, "KAFKA_JVM_OPTS"),
         topics=Topics(
             transactions=env.get("TOPIC_TRANSACTIONS", "transactions"),
             labels=env.get("TOPIC_LABELS", "labels"),

@@ -38,6 +38,9 @@ os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's sta
 # 12.2-13.0 (bench/RESULTS.md#test-suite)
 os.environ.setdefault("SPARK_SUBMIT_OPTS",
                       "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
+# The brokers the tests start compile with C1 alone too: over the kafka tier a broker took 8.9-10.4
+# CPU-s so against 15.9-16.3 with C2 (two runs each, bench/RESULTS.md#test-suite)
+os.environ.setdefault("KAFKA_JVM_OPTS", "-XX:TieredStopAtLevel=1")
 # ... so a fraud standby rehearses its plans over 32 transactions, not the 6,000 whose per-row code
 # the demo's C2 compiles before a takeover (tests/spark/test_rehearsal.py runs the default's)
 os.environ.setdefault("STANDBY_REHEARSAL_ROWS", "32")

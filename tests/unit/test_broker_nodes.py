@@ -163,3 +163,18 @@ def test_broker_down_takes_an_optional_node():
         faults.resolve("broker-down", None, {"node": 1.5})
     with pytest.raises(faults.Refused, match="node must be at least 0"):
         faults.resolve("broker-down", None, {"node": "-1"})
+
+
+def test_kafka_jvm_opts_go_on_the_broker_s_command_line_before_its_main_class(tmp_path):
+    s = load({"CARDSTREAM_RUN_DIR": str(tmp_path), "KAFKA_JVM_OPTS": "-XX:TieredStopAtLevel=1 '-Dx=a b'"})
+    cmd = broker.java_command(s, "cp", [], tmp_path / "server.properties")
+    assert s.kafka_jvm_opts == ("-XX:TieredStopAtLevel=1", "-Dx=a b")
+    main = cmd.index("kafka.Kafka")
+    assert cmd.index("-XX:TieredStopAtLevel=1") < main and cmd.index("-Dx=a b") < main
+    assert cmd[-1] == str(tmp_path / "server.properties")
+    assert not load({"CARDSTREAM_RUN_DIR": str(tmp_path)}).kafka_jvm_opts  # none by default
+
+
+def test_a_badly_quoted_kafka_jvm_opts_is_one_sentence(tmp_path):
+    with pytest.raises(SystemExit, match="KAFKA_JVM_OPTS is not a valid list of options"):
+        load({"CARDSTREAM_RUN_DIR": str(tmp_path), "KAFKA_JVM_OPTS": "-Dx='unclosed"})
