@@ -33,13 +33,13 @@ os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's sta
 # threads cost more CPU than they give back. Measured on 2 cores, quiet: tests/e2e/test_usage_job.py
 # 67 -> 55 s (84 -> 50 CPU-s), test_replay_crash.py and test_poison_batch.py 146 -> 130 s, tests/spark 78 s both.
 # Nor does it verify the bytecode of the classes it loads from jars (the 9,000 a fraud job loads
-# outside the class archive, which holds them verified): the jars are Maven Central's and PySpark's,
-# and the demo's JVMs verify them. A fraud job's run over 20 transactions 11.7-12.5 CPU-s against
-# 12.2-13.0 (bench/RESULTS.md#test-suite)
+# outside the class archive, whose own were verified as it was written): the jars are Maven
+# Central's and PySpark's, and the demo's JVMs verify them. A fraud job's run over 20 transactions
+# 11.7-12.5 CPU-s against 12.2-13.0 (bench/RESULTS.md#test-suite)
 os.environ.setdefault("SPARK_SUBMIT_OPTS",
                       "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
 # The brokers the tests start compile with C1 alone too: over the kafka tier a broker took 8.9-10.4
-# CPU-s so against 15.9-16.3 with C2 (two runs each, bench/RESULTS.md#test-suite)
+# CPU-s against 15.9-16.3 with C2 (two runs each, bench/RESULTS.md#test-suite)
 os.environ.setdefault("KAFKA_JVM_OPTS", "-XX:TieredStopAtLevel=1")
 # ... so a fraud standby rehearses its plans over 32 transactions, not the 6,000 whose per-row code
 # the demo's C2 compiles before a takeover (tests/spark/test_rehearsal.py runs the default's)
