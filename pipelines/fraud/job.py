@@ -253,7 +253,8 @@ def rehearsal_rows(now_ms: int, n: int, batches: int = REHEARSAL_BATCHES) -> tup
 
 
 def split(rows: list, parts: int) -> list[list]:
-    """`rows` in `parts` consecutive runs of (nearly) equal length, none empty."""
+    """`rows` (not empty) in at most `parts` consecutive runs of (nearly) equal length, none empty:
+    fewer rows than parts give one run a row."""
     size = -(-len(rows) // parts)
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
