@@ -35,8 +35,9 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                 "explain": str},
                "version"),
     # the version each job decides with since its start (0: the rules; `why`: the one sentence when
-    # it fell back to the rules because a model could not be loaded)
-    "model_use": ({"job": str, "version": int, "why": str, "since": int, "epoch": int}, "job"),
+    # it fell back to the rules because a model could not be loaded); `chosen`: the version its last
+    # successful use-model switched to (null: none), which its next start serves again
+    "model_use": ({"job": str, "version": int, "why": str, "since": int, "epoch": int, "chosen": int}, "job"),
     # bench handbook's figures per run and aggregator (rules, learned): the protocol's test period,
     # data the aggregator was not tuned on, for the dashboard's headline quality
     "handbook_runs": ({"run_id": str, "ts": int, "model": str, "model_version": int, "auc_roc": float,

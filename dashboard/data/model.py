@@ -81,12 +81,14 @@ def candidates(models: pd.DataFrame) -> pd.DataFrame:
 
 
 def in_use(db, job: str = JOB) -> dict | None:
-    """{version, why, since, epoch} the job recorded at its start (or its last use-model switch);
-    None before it has recorded any."""
-    row = db.conn.execute("SELECT version, why, since, epoch FROM model_use WHERE job = ?", [job]).fetchone()
+    """{version, why, since, epoch, chosen} the job recorded at its start (or its last use-model
+    switch; `chosen`: the version that switch chose, which its starts serve again, or None); None
+    before it has recorded any."""
+    row = db.conn.execute("SELECT version, why, since, epoch, chosen FROM model_use WHERE job = ?", [job]).fetchone()
     if row is None:
         return None
-    return {"version": int(row[0]), "why": row[1] or None, "since": row[2], "epoch": row[3]}
+    return {"version": int(row[0]), "why": row[1] or None, "since": row[2], "epoch": row[3],
+            "chosen": None if row[4] is None else int(row[4])}
 
 
 def decided_by(db, limit: int = LEDGER_ROWS) -> pd.DataFrame:

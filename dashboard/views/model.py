@@ -60,7 +60,8 @@ def in_use(models, use, newest, decided):
                    border=True, help="The aggregator the fraud job recorded at its start or its last use-model "
                                      "switch (`model_use`); model 0 is the rules.")
     cols[1].metric("Newest version", fmt.NONE if newest is None else f"model {newest}", border=True,
-                   help="The newest version in the store's `models` table (the job loads the newest at its start).")
+                   help="The newest version in the store's `models` table (the job loads the newest at its start "
+                        "unless a use-model chose a version).")
     total = decided["decisions"].sum()
     mine = decided[decided["version"] == version]["decisions"].sum() if version is not None and total else None
     cols[2].metric("Its share of decisions", fmt.NONE if mine is None else fmt.percent(mine / total), border=True,

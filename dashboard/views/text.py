@@ -383,8 +383,14 @@ def model_in_use(use: dict | None, newest: int | None) -> str:
     head = ("The fraud job decides with the rules (model 0)" if use["version"] == 0
             else f"The fraud job decides with model {use['version']}")
     head += f" since {fmt.clock(use['since'])} UTC (lease epoch {use['epoch']})."
+    chosen = use.get("chosen")
+    if chosen is not None:
+        head += (f" A use-model chose {'the rules' if chosen == 0 else f'model {chosen}'}: the job serves it again "
+                 "after a restart or a standby's takeover, until another use-model.")
     if newest is not None and newest > use["version"] and not use.get("why"):
-        head += (f" Model {newest} is newer: the job loads the newest at its start, or switches between two batches "
+        when = ("it stays on the chosen version" if chosen is not None
+                else "the job loads the newest at its start")
+        head += (f" Model {newest} is newer: {when}, or switches between two batches "
                  f"on Controls → Use model (`python -m pipelines.control use-model --version {newest}`).")
     return head
 

@@ -326,12 +326,16 @@ class ModelSwitch:
             log.warning("%s", model.why)
         self.record()
 
-    def record(self) -> None:
+    def record(self, chosen: bool = False) -> None:
+        """`model_use` says what the job serves from now; `chosen` (a use-model switch): also that
+        its next start serves this version again (models.serving). A start leaves that as it is."""
+        keep = ", chosen = excluded.chosen" if chosen else ""
         with fencing.fenced_write(self.db, JOB, self.epoch, f"model {self.model.version} in use") as conn:
-            conn.execute("INSERT INTO model_use (job, version, why, since, epoch) VALUES (?, ?, ?, ?, ?) "
+            conn.execute("INSERT INTO model_use (job, version, why, since, epoch, chosen) VALUES (?, ?, ?, ?, ?, ?) "
                          "ON CONFLICT(job) DO UPDATE SET version = excluded.version, why = excluded.why, "
-                         "since = excluded.since, epoch = excluded.epoch",
-                         (JOB, self.model.version, self.model.why, int(time.time() * 1000), self.epoch))
+                         "since = excluded.since, epoch = excluded.epoch" + keep,
+                         (JOB, self.model.version, self.model.why, int(time.time() * 1000), self.epoch,
+                          self.model.version if chosen else None))
         log.info("deciding with model %s%s", self.model.version,
                  " (the rules)" if self.model.version == models.RULES else "")
         realtime.follow_switch(self.db, JOB, self.model.version)  # the real-time path, when it runs
@@ -349,7 +353,7 @@ class ModelSwitch:
             return
         previous, self.model = self.model, loaded
         runner.restart_between_batches(JOB, between_batches_s=5.0)
-        self.record()
+        self.record(chosen=True)
         commands.finish(self.db, command_id, f"switched from model {previous.version} to model {version} "
                                              f"between two batches")
 
@@ -552,7 +556,7 @@ def build_runner(spark, db, o: Options, s: Settings, epoch: int, sinks: Sinks, f
     quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
     poison.quarantine[JOB] = quarantine
     faults.send_poison = lambda txn_id: send_poison(s, o.transactions_topic, txn_id)
-    serving = ModelSwitch(db, epoch, models.load(db))
+    serving = ModelSwitch(db, epoch, models.serving(db, JOB))
     start = starters(spark, o, s, sinks, poison, quarantine, lambda: serving.model)
     if o.mode == "realtime":
         name, start_realtime = realtime_starter(spark, db, o, s, epoch)

@@ -3,13 +3,15 @@ later version a Spark MLlib pipeline fitted on the feature log (`python -m pipel
 
 A version is a row of the store's `models` table (its features in order, its training window, the
 labels it saw, its validation figures, its threshold) and a folder of MLlib files under
-`models/v<N>` beside the store's file. The fraud job serves the newest version that loads, in the JVM in its
+`models/v<N>` beside the store's file. The fraud job serves the version a `use-model` chose last (kept
+across its restarts and a standby's takeover: `serving`), else the newest, in the JVM in its
 streaming plan (a tree ensemble by ModelScore.verdict over its model.json, a logistic regression by
-MLlib's transforms: `scored_columns`); when none exists or the newest cannot be loaded,
+MLlib's transforms: `scored_columns`); when none exists or that version cannot be loaded,
 it decides with the rules and says why in one sentence (`Loaded.why`), never crash-looping.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -56,8 +58,6 @@ def newest(db) -> dict | None:
 
 def load(db, version: int | None = None) -> Loaded:
     """The version asked for (default: the newest), or the rules with the reason it could not be."""
-    from pyspark.ml import PipelineModel
-
     row = newest(db) if version is None else next(
         iter(db.query("SELECT * FROM models WHERE version = ?", [version])), None)
     if row is None:
@@ -65,6 +65,8 @@ def load(db, version: int | None = None) -> Loaded:
             return Loaded(RULES)
         return Loaded(RULES, why=f"model {version} is not in the store; deciding with the rules (model 0)")
     row = dict(row)
+    from pyspark.ml import PipelineModel  # deferred: a store without models needs no Spark
+
     try:
         pipeline = PipelineModel.load(row["path"])
     except Exception as exc:  # noqa: BLE001 - a missing or corrupt model must not stop decisions
@@ -73,6 +75,30 @@ def load(db, version: int | None = None) -> Loaded:
                                  f"deciding with the rules (model 0)")
     return Loaded(int(row["version"]), pipeline, float(row["threshold"]), tuple(json.loads(row["features"])),
                   explain=json.loads(row["explain"]) if row.get("explain") else None, path=row["path"])
+
+
+def chosen(db, job: str) -> int | None:
+    """The version the job's last successful `use-model` chose (0: the rules), or None when none
+    has; `model_use.chosen`, which the job's start leaves as it is."""
+    row = db.conn.execute("SELECT chosen FROM model_use WHERE job = ?", [job]).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def serving(db, job: str) -> Loaded:
+    """What the job serves at its start: the version a `use-model` chose, so that a crash, a restart
+    or a standby's takeover never undoes a switch (a roll-back to an older version, or to the
+    rules, stays); when none was chosen, the newest. Either falls back to the rules with one
+    sentence when its files cannot be loaded."""
+    version = chosen(db, job)
+    if version is None:
+        return load(db)
+    if version == RULES:
+        return Loaded(RULES)
+    loaded = load(db, version)
+    if loaded.why:  # its sentence names the version first: say that it was chosen
+        why = loaded.why.replace(f"model {version} ", f"model {version} (chosen with use-model) ", 1)
+        return dataclasses.replace(loaded, why=why)
+    return loaded
 
 
 TOP_REASONS = 3

@@ -1,6 +1,7 @@
 """A model swap in a running fraud job (`use-model`): between two batches, no restart of the job,
 no decision lost or made twice; decisions before it carry model 0 (the rules), after it the new
-version; a version that cannot be loaded leaves the job deciding with what it had."""
+version; a version that cannot be loaded leaves the job deciding with what it had; the job's next
+start serves the chosen version, not a newer one."""
 from __future__ import annotations
 
 import json
@@ -79,3 +80,15 @@ def test_a_model_swap_under_load_loses_and_repeats_no_decision(spark, kafka, top
     by_id = {d["txn_id"]: d for d in on_kafka}
     stored = {r["txn_id"]: r["model_version"] for r in job.rows("SELECT txn_id, model_version FROM decisions")}
     assert all(by_id[t]["model_version"] == v for t, v in stored.items()), "Kafka and the store agree"
+
+    # the job's next start (a crash's restart, a standby's takeover) serves the version the switch
+    # chose, not one trained since: a switch (a roll-back too) is never undone by a restart
+    newer = register(db, str(tmp_path / "models" / "v2"))
+    assert newer > good
+    after = [txn(f"c-{i}", f"card-{i % 40}", t0 + 1_400_000 + i * 1_000) for i in range(40)]
+    produce(kafka, job.tx, after)
+    out = job.run_available_now()
+    use = db["model_use"].get("fraud")
+    assert (use["version"], use["chosen"], use["why"]) == (good, good, None), out[-3000:]
+    restarted = job.rows("SELECT model_version FROM decisions WHERE txn_id LIKE 'c-%'")
+    assert len(restarted) == len(after) and {r["model_version"] for r in restarted} == {good}

@@ -66,7 +66,11 @@ def test_the_version_in_use_and_what_it_decided(trained):
     late = db.execute("SELECT COUNT(*) FROM decisions WHERE decided_at >= ?", [NOW - 120_000]).fetchone()[0]
     assert decided == {0: total - late, 2: late}
     assert text.model_in_use(use, 2).startswith("The fraud job decides with model 2 since")
-    assert "Model 3 is newer" in text.model_in_use(use, 3)
+    assert use["chosen"] is None  # the seeded job started on the newest: nothing chosen
+    assert "Model 3 is newer: the job loads the newest at its start" in text.model_in_use(use, 3)
+    chosen = text.model_in_use({**use, "chosen": 2}, 3)  # after a use-model --version 2
+    assert "A use-model chose model 2: the job serves it again after a restart" in chosen
+    assert "Model 3 is newer: it stays on the chosen version" in chosen
 
 
 def test_labelled_traffic_per_version_with_the_handbook_metrics(trained):
