@@ -14,7 +14,11 @@ broker, simulator, and the supervisor with the fraud and usage jobs; then crashe
 - `*_phases_s`: where the seconds to the supervisor's recovery went (the kill to the lease, to the
   first batch with rows of any of the job's queries, that batch: pipelines.supervisor.faults.phases).
 
-Medians over the rounds, each round's figures beside them. `--standby` runs each job with a warm
+Medians over the rounds, each round's figures beside them. `--model` has the fraud job serve a
+learned version, as a fraud team would: the trainer's kind (gradient-boosted trees, its settings)
+fitted on synthetic features in a child process and registered in the run's store before the
+jobs start (what it decides does not matter here; what the job loads and plans with it does).
+`--standby` runs each job with a warm
 standby and crashes the active only once both standbys are ready and the previous crash's query
 has caught up (one fault at a time). `--busy N` keeps N cores busy with a loop for the whole run
 (the shared host the standards name); the JSON's `busy` holds the loops' CPU seconds. Goal: ≤ 10 s
@@ -136,12 +140,46 @@ def kafka_head(consumer, topic: str):
     return head
 
 
+def fit_model(store: str, rows: int = 3_000) -> int:
+    """Fit the trainer's tree ensemble (train.candidates) on `rows` synthetic rows of the model's
+    features, save it as train.save does (MLlib files and model.json under models/vN beside the
+    store) and register it: its version. Run in a child process (its Spark JVM ends with it)."""
+    import numpy as np
+    import pandas as pd
+
+    from bench.common import own_spark
+    from pipelines.fraud import models, train
+
+    db = connect(store)
+    rng = np.random.default_rng(11)
+    frame = pd.DataFrame({name: rng.random(rows) for name in models.MODEL_FEATURES})
+    frame["label"] = ((frame[models.MODEL_FEATURES[0]] + rng.random(rows) * 0.5) > 1.1).astype(int)
+    kind, params, estimator = train.candidates()[-1]
+    with own_spark("cardstream-bench-recovery-model", load()) as spark:
+        t0 = time.monotonic()
+        pipeline = train.fit(spark, estimator, frame, models.MODEL_FEATURES)
+        fit_s = time.monotonic() - t0
+        version = models.register(db, {
+            "kind": kind, "params": json.dumps(params), "features": json.dumps(list(models.MODEL_FEATURES)),
+            "train_from": "", "train_to": "", "as_of": "", "threshold": 0.5, "validation": "{}",
+            "candidates": "[]", "path": "", "train_rows": rows, "train_frauds": int(frame["label"].sum()),
+            "fit_s": round(fit_s, 1), "created_at": int(time.time() * 1000),
+            "explain": json.dumps(models.tree_explain(models.MODEL_FEATURES))})
+        path = models.models_dir(Path(store).parent) / f"v{version}"
+        pipeline.write().overwrite().save(str(path))
+        models.write_export(pipeline, models.MODEL_FEATURES, path, models.tree_explain(models.MODEL_FEATURES))
+    with db.conn:
+        db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
+    return version
+
+
 def demo_settings(s, rate: float, standby: bool) -> dict:
     """The settings the run had (the demo's own unless the environment changed them)."""
     return {"trigger_seconds": s.trigger_seconds, "usage_trigger_seconds": s.usage_trigger_seconds,
             "restart_delay_seconds": s.restart_delay_seconds, "audit_interval_seconds": s.audit_interval_seconds,
             "lease_ttl_seconds": s.lease_ttl_seconds, "fraud_mode": s.fraud_mode, "rate": rate,
-            "standby": standby, "rehearsal": standby and s.standby_rehearsal, "auditor": "on"}
+            "standby": standby, "rehearsal": standby and s.standby_rehearsal, "auditor": "on",
+            "model": None}  # the learned version the fraud job serves (--model), None: the rules
 
 
 def main(argv: list[str]) -> dict:
@@ -155,6 +193,8 @@ def main(argv: list[str]) -> dict:
                         help="seconds to wait for a crashed job's query to catch up")
     parser.add_argument("--busy", type=int, default=0, metavar="N",
                         help="keep N cores busy with a loop for the whole run (a shared host)")
+    parser.add_argument("--model", action="store_true",
+                        help="the fraud job serves a learned version (the trainer's trees, fitted on synthetic rows)")
     parser.add_argument("--json", action="store_true", help="(the last line is always JSON)")
     args = parser.parse_args(argv)
     crashed = [j.strip() for j in args.crash.split(",") if j.strip()]
@@ -182,6 +222,16 @@ def _run(args, crashed: list[str]) -> dict:
            "TOPIC_MARKERS": f"bench-markers-{tag}", "TOPIC_DECISIONS_RT": f"bench-decisions-rt-{tag}"}
     db = connect(env["CARDSTREAM_DB"])
     settings = demo_settings(load(env), args.rate, args.standby)
+    if args.model:
+        t0 = time.monotonic()
+        fitted = subprocess.run([sys.executable, "-c", "import sys; from bench.recovery import fit_model; "
+                                 "print(fit_model(sys.argv[1]))", env["CARDSTREAM_DB"]],
+                                env=env, cwd=ROOT, capture_output=True, text=True)
+        if fitted.returncode != 0:
+            raise SystemExit(f"bench recovery: fitting the model failed:\n{fitted.stderr[-3000:]}")
+        settings["model"] = int(fitted.stdout.strip().splitlines()[-1])
+        log(f"model {settings['model']} (the trainer's trees on synthetic rows) registered in "
+            f"{time.monotonic() - t0:.0f} s: the fraud job serves it")
     log(f"starting the supervisor (fraud, usage, simulator at {args.rate:.0f} tx/s; {settings}); logs in {work}")
     with open(work / "supervisor.log", "ab") as out:
         sup = subprocess.Popen([sys.executable, "-m", "pipelines.supervisor", "--jobs", "fraud,usage",
