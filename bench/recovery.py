@@ -154,8 +154,8 @@ def fit_model(store: str, rows: int = 3_000) -> int:
     rng = np.random.default_rng(11)
     frame = pd.DataFrame({name: rng.random(rows) for name in models.MODEL_FEATURES})
     frame["label"] = ((frame[models.MODEL_FEATURES[0]] + rng.random(rows) * 0.5) > 1.1).astype(int)
-    kind, params, estimator = train.candidates()[-1]
     with own_spark("cardstream-bench-recovery-model", load()) as spark:
+        kind, params, estimator = train.candidates()[-1]  # MLlib's estimators need the session
         t0 = time.monotonic()
         pipeline = train.fit(spark, estimator, frame, models.MODEL_FEATURES)
         fit_s = time.monotonic() - t0
