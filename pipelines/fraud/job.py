@@ -259,10 +259,11 @@ def split(rows: list, parts: int) -> list[list]:
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
-def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False) -> bool:
+def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False, model=None) -> bool:
     """A standby's dress rehearsal of its first batch (pipelines/engine/rehearsal.py): the
     decisions plan (parse, the stateful operators — the JVM processors, or the pandas one with its
-    Python workers and state server — and their RocksDB stores, the labels' union, the aggregator,
+    Python workers and state server — and their RocksDB stores, the labels' union, the aggregator
+    (`model`, the version the standby loaded, or the rules),
     the foreachBatch callback's Arrow collection) over STANDBY_REHEARSAL_ROWS scratch transactions
     and their labels in REHEARSAL_BATCHES batches; nothing reaches Kafka or the store. Several
     batches of the same plan: the state loaded and committed again, the JIT's compilers given the
@@ -271,7 +272,7 @@ def rehearse(spark, s: Settings, timeout_s: float = 180.0, cancel=lambda: False)
 
     txns, labels = rehearsal_rows(int(time.time() * 1000), s.standby_rehearsal_rows)
     with scratch_streams(spark, s, JOB, source=txns, labels=labels) as (frames, tmp):
-        scored = score(frames["source"], s, s.fraud_threshold, frames["labels"])
+        scored = score(frames["source"], s, s.fraud_threshold, frames["labels"], model)
         query = (scored.writeStream.queryName(f"{JOB}-rehearsal")
                  .option("checkpointLocation", f"{tmp}/checkpoint")
                  .foreachBatch(lambda df, _batch: scored_table(df))
@@ -486,14 +487,16 @@ def stop_on_signal() -> threading.Event:
     return stop
 
 
-def wait_as_standby(spark, db, o: Options, s: Settings, stop: threading.Event) -> bool:
-    """A warm standby: session warmed (and rehearsed), then wait for the job's lease. False when
-    asked to stop first; on takeover, the checks the active may have made stale run again."""
+def wait_as_standby(spark, db, o: Options, s: Settings, stop: threading.Event,
+                    model: models.Loaded | None = None) -> bool:
+    """A warm standby: session warmed (and rehearsed with `model`, the version it loaded to serve),
+    then wait for the job's lease. False when asked to stop first; on takeover, the checks the
+    active may have made stale run again."""
     record_ui(db, f"{JOB}-standby", spark)
     warm_up(spark, s, o.transactions_topic)
     if s.standby_rehearsal:
         try:
-            rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set())
+            rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set(), model=model)
         except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
             log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
     if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
@@ -548,15 +551,16 @@ def realtime_starter(spark, db, o: Options, s: Settings, epoch: int):
 
 
 def build_runner(spark, db, o: Options, s: Settings, epoch: int, sinks: Sinks, faults: Faults,
-                 stop: threading.Event) -> QueryRunner:
+                 stop: threading.Event, ready: models.Loaded | None = None) -> QueryRunner:
     """The runner of the job's queries: decisions (with the poison-batch rule and the model
-    switch), dead letters, and the real-time path in real-time mode."""
+    switch), dead letters, and the real-time path in real-time mode. `ready`: the model a standby
+    loaded while it waited (models.serving serves it when it is still the one to serve)."""
     poison = Poison(Streaks(s.poison_batch_failures),
                     {JOB: o.checkpoint / "decisions", f"{JOB}-dlq": o.checkpoint / "dlq"})
     quarantine = Quarantine(spark, o, s, sinks, faults, epoch)
     poison.quarantine[JOB] = quarantine
     faults.send_poison = lambda txn_id: send_poison(s, o.transactions_topic, txn_id)
-    serving = ModelSwitch(db, epoch, models.serving(db, JOB))
+    serving = ModelSwitch(db, epoch, models.serving(db, JOB, ready))
     start = starters(spark, o, s, sinks, poison, quarantine, lambda: serving.model)
     if o.mode == "realtime":
         name, start_realtime = realtime_starter(spark, db, o, s, epoch)
@@ -603,7 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = open_session(o, s)
     o.checkpoint.mkdir(parents=True, exist_ok=True)
     stop = stop_on_signal()
-    if o.standby and not wait_as_standby(spark, db, o, s, stop):
+    # a standby loads the model it would serve while it waits (a takeover then plans with it at once)
+    ready = models.serving(db, JOB) if o.standby else None
+    if o.standby and not wait_as_standby(spark, db, o, s, stop, ready):
         spark.stop()
         return 0
     record_progress(spark, o)  # after the standby's rehearsal: its batch is no batch of the job's
@@ -613,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     sinks = Sinks(o, s, epoch, faults)
     sinks.prepare()
     o = companion_options(o, s)
-    runner = build_runner(spark, db, o, s, epoch, sinks, faults, stop)
+    runner = build_runner(spark, db, o, s, epoch, sinks, faults, stop, ready)
     runner.start()
     faults.start()
     log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)

@@ -84,12 +84,15 @@ def chosen(db, job: str) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
-def serving(db, job: str) -> Loaded:
+def serving(db, job: str, ready: Loaded | None = None) -> Loaded:
     """What the job serves at its start: the version a `use-model` chose, so that a crash, a restart
     or a standby's takeover never undoes a switch (a roll-back to an older version, or to the
     rules, stays); when none was chosen, the newest. Either falls back to the rules with one
-    sentence when its files cannot be loaded."""
+    sentence when its files cannot be loaded. `ready`: a version loaded before (a standby's, while
+    it waited), served as it is when it is still that version, from the same folder."""
     version = chosen(db, job)
+    if ready is not None and ready.why is None and (ready.version, ready.path) == _wanted(db, version):
+        return ready
     if version is None:
         return load(db)
     if version == RULES:
@@ -99,6 +102,18 @@ def serving(db, job: str) -> Loaded:
         why = loaded.why.replace(f"model {version} ", f"model {version} (chosen with use-model) ", 1)
         return dataclasses.replace(loaded, why=why)
     return loaded
+
+
+def _wanted(db, version: int | None) -> tuple[int, str | None] | None:
+    """(version, folder) `serving` would load for `version` (chosen, or None: the newest); None
+    when that version is not in the store."""
+    if version == RULES:
+        return RULES, None
+    row = newest(db) if version is None else next(
+        iter(db.query("SELECT * FROM models WHERE version = ?", [version])), None)
+    if row is None:
+        return (RULES, None) if version is None else None
+    return int(row["version"]), row["path"]
 
 
 TOP_REASONS = 3

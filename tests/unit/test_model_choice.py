@@ -64,3 +64,14 @@ def test_a_chosen_version_that_cannot_be_loaded_says_it_was_chosen(db):
     use = db["model_use"].get(JOB)
     assert (use["version"], use["chosen"]) == (models.RULES, 7)  # the choice stays for when it is back
     assert "chosen with use-model" in use["why"]
+
+
+def test_a_standby_serves_the_version_it_loaded_while_it_waited_only_while_it_is_still_the_one(db):
+    path = "/models/v1"
+    v1 = version(db, path)
+    ready = models.Loaded(v1, pipeline=object(), threshold=0.5, path=path)  # loaded by the standby
+    assert models.serving(db, JOB, ready) is ready  # the newest, from that folder: not loaded again
+    switch = start(db)
+    switch.model = models.Loaded(models.RULES)
+    switch.record(chosen=True)  # the active rolled back to the rules while the standby waited
+    assert models.serving(db, JOB, ready) == models.Loaded(models.RULES)
