@@ -56,15 +56,21 @@ def newest(db) -> dict | None:
     return dict(rows[0]) if rows else None
 
 
+def _row(db, version: int | None) -> dict | None:
+    """The `models` row of `version` (None: the newest), or None when there is none."""
+    if version is None:
+        return newest(db)
+    rows = list(db.query("SELECT * FROM models WHERE version = ?", [version]))
+    return dict(rows[0]) if rows else None
+
+
 def load(db, version: int | None = None) -> Loaded:
     """The version asked for (default: the newest), or the rules with the reason it could not be."""
-    row = newest(db) if version is None else next(
-        iter(db.query("SELECT * FROM models WHERE version = ?", [version])), None)
+    row = _row(db, version)
     if row is None:
         if version is None:
             return Loaded(RULES)
         return Loaded(RULES, why=f"model {version} is not in the store; deciding with the rules (model 0)")
-    row = dict(row)
     from pyspark.ml import PipelineModel  # deferred: a store without models needs no Spark
 
     try:
@@ -109,8 +115,7 @@ def _wanted(db, version: int | None) -> tuple[int, str | None] | None:
     when that version is not in the store."""
     if version == RULES:
         return RULES, None
-    row = newest(db) if version is None else next(
-        iter(db.query("SELECT * FROM models WHERE version = ?", [version])), None)
+    row = _row(db, version)
     if row is None:
         return (RULES, None) if version is None else None
     return int(row["version"]), row["path"]
