@@ -228,6 +228,8 @@ def _run(args, crashed: list[str]) -> dict:
                                  "print(fit_model(sys.argv[1]))", env["CARDSTREAM_DB"]],
                                 env=env, cwd=ROOT, capture_output=True, text=True)
         if fitted.returncode != 0:
+            if started_broker:  # nothing else of the run is up yet
+                broker.down(s, quiet=True)
             raise SystemExit(f"bench recovery: fitting the model failed:\n{fitted.stderr[-3000:]}")
         settings["model"] = int(fitted.stdout.strip().splitlines()[-1])
         log(f"model {settings['model']} (the trainer's trees on synthetic rows) registered in "
