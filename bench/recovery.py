@@ -159,17 +159,13 @@ def fit_model(store: str, rows: int = 3_000) -> int:
         t0 = time.monotonic()
         pipeline = train.fit(spark, estimator, frame, models.MODEL_FEATURES)
         fit_s = time.monotonic() - t0
-        version = models.register(db, {
+        explain = models.tree_explain(models.MODEL_FEATURES)
+        version, _ = models.save_version(db, models.models_dir(Path(store).parent), {
             "kind": kind, "params": json.dumps(params), "features": json.dumps(list(models.MODEL_FEATURES)),
             "train_from": "", "train_to": "", "as_of": "", "threshold": 0.5, "validation": "{}",
-            "candidates": "[]", "path": "", "train_rows": rows, "train_frauds": int(frame["label"].sum()),
-            "fit_s": round(fit_s, 1), "created_at": int(time.time() * 1000),
-            "explain": json.dumps(models.tree_explain(models.MODEL_FEATURES))})
-        path = models.models_dir(Path(store).parent) / f"v{version}"
-        pipeline.write().overwrite().save(str(path))
-        models.write_export(pipeline, models.MODEL_FEATURES, path, models.tree_explain(models.MODEL_FEATURES))
-    with db.conn:
-        db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
+            "candidates": "[]", "train_rows": rows, "train_frauds": int(frame["label"].sum()),
+            "fit_s": round(fit_s, 1), "created_at": int(time.time() * 1000), "explain": json.dumps(explain)},
+            pipeline, models.MODEL_FEATURES, explain)
     return version
 
 

@@ -47,6 +47,18 @@ def register(db, row: dict) -> int:
     return version
 
 
+def save_version(db, folder: Path, row: dict, pipeline, features, explain: dict | None) -> tuple[int, Path]:
+    """Register `row` as the next version and save its fitted `pipeline` under `folder`/vN: the
+    MLlib files and, beside them, model.json (what the JVM scores with); (its number, its folder)."""
+    version = register(db, {**row, "path": ""})
+    path = Path(folder) / f"v{version}"
+    pipeline.write().overwrite().save(str(path))
+    write_export(pipeline, features, path, explain)
+    with db.conn:
+        db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
+    return version, path
+
+
 def versions(db) -> list[dict]:
     return [dict(r) for r in db.query("SELECT * FROM models ORDER BY version")]
 

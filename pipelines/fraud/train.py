@@ -228,12 +228,7 @@ def save(db, folder: Path, chosen: dict, features, end: dt.date, as_of: dt.datet
            "candidates": json.dumps(tried), "train_rows": int(len(train_rows)),
            "train_frauds": int(train_rows["label"].sum()), "fit_s": round(fit_s, 1),
            "created_at": int(time.time() * 1000), "path": "", "explain": json.dumps(explain)}
-    version = models.register(db, row)
-    path = Path(folder) / f"v{version}"
-    pipeline.write().overwrite().save(str(path))
-    models.write_export(pipeline, features, path, explain)
-    with db.conn:
-        db.execute("UPDATE models SET path = ? WHERE version = ?", [str(path), version])
+    version, path = models.save_version(db, folder, row, pipeline, features, explain)
     return {**row, "version": version, "path": str(path)}
 
 
