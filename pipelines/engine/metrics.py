@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 from pyspark import SparkContext
@@ -87,6 +88,30 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
         "end_offsets": json.dumps([s.endOffset for s in sources]),
         "checkpoint": checkpoints.get(progress.name or "", ""),
     }
+
+
+def last_posted_batch(progress: dict | None) -> int | None:
+    """The newest batch whose progress the listener is given, by a query's `lastProgress` (pure).
+    A trigger that found no new data still becomes `lastProgress`, with the next batch's id and no
+    rows, but Spark posts it as a QueryIdleEvent, never to onQueryProgress: waiting for its id
+    would wait for a row that never comes. A batch that ran without rows (a watermark's) may be
+    left unwaited too: it decided nothing."""
+    if not progress:
+        return None
+    batch = progress["batchId"] if progress.get("numInputRows") else progress["batchId"] - 1
+    return batch if batch >= 0 else None
+
+
+def wait_for_listener(queries, db, timeout_s: float = 10.0) -> None:
+    """Let the progress listener record each query's last batch before the process ends."""
+    deadline = time.monotonic() + timeout_s
+    for q in queries:
+        batch = last_posted_batch(getattr(q, "lastProgress", None))
+        while batch is not None and time.monotonic() < deadline:
+            row = db.conn.execute("SELECT max(batch_id) FROM batch_progress WHERE query = ?", (q.name,)).fetchone()
+            if row[0] is not None and row[0] >= batch:
+                break
+            time.sleep(0.1)
 
 
 def rejected_row(progress, checkpoints: dict[str, str], job: str, noted: dict | None = None) -> dict | None:

@@ -371,21 +371,6 @@ def send_poison(s: Settings, topic: str, txn_id: str) -> None:
         producer.close(timeout=5)
 
 
-def wait_for_listener(queries, db, timeout_s: float = 10.0) -> None:
-    """Let the progress listener record each query's last batch before the process ends."""
-    deadline = time.monotonic() + timeout_s
-    for q in queries:
-        last = getattr(q, "lastProgress", None)
-        if not last:
-            continue
-        while time.monotonic() < deadline:
-            row = db.conn.execute("SELECT max(batch_id) FROM batch_progress WHERE query = ?",
-                                  (q.name,)).fetchone()
-            if row[0] is not None and row[0] >= last["batchId"]:
-                break
-            time.sleep(0.1)
-
-
 def check_bound(db, o: Options) -> None:
     """Exit 2 with one sentence when the store holds decisions of another checkpoint."""
     for sink, folder in ((JOB, "decisions"), (f"{JOB}-dlq", "dlq")):
@@ -588,6 +573,7 @@ def run_until_stopped(runner: QueryRunner, stop: threading.Event, faults: Faults
         runner.stop()
         heartbeat.stop(release=code != EXIT_SUPERSEDED)
         sinks.close()
+        from pipelines.engine.metrics import wait_for_listener  # pyspark: loaded by now
         wait_for_listener(list(runner.queries.values()), sinks.db)
         log.info("stopped; decided %s (%s fraud, %s late) in this run.", sinks.decided, sinks.fraud, sinks.late)
     return code
