@@ -18,6 +18,8 @@ import os
 import signal
 import socket
 import threading
+import time
+from typing import Callable
 
 from controlplane import fencing
 from controlplane.clock import now_ms
@@ -136,13 +138,22 @@ def come_forward() -> int:
     return len(moved)
 
 
-def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event) -> bool:
-    """Block until this standby should become active; False when it is stopped first."""
+def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event,
+                      tick: Callable[[], object] | None = None, tick_s: float = 2.0) -> bool:
+    """Block until this standby should become active; False when it is stopped first. `tick`: what
+    the standby keeps fresh while it waits, called every `tick_s` (a failure is logged, not fatal)."""
     db.conn.execute("INSERT INTO standbys (job, pid, ready_at) VALUES (?, ?, ?) ON CONFLICT(job) DO UPDATE SET "
                     "pid = excluded.pid, ready_at = excluded.ready_at", (job, os.getpid(), now_ms()))
     log.info("%s: standby ready, waiting for the lease", job)
     told = False
+    ticked = time.monotonic()
     while not stopping.is_set():
+        if tick is not None and time.monotonic() - ticked >= tick_s:
+            ticked = time.monotonic()
+            try:
+                tick()
+            except Exception as exc:  # noqa: BLE001 - a standby keeps waiting without it
+                log.warning("%s: the standby's refresh failed (%s)", job, exc)
         if PROMOTED.wait(0.1):
             log.warning("%s: promoted by the supervisor: taking over", job)
             come_forward()

@@ -472,19 +472,25 @@ def stop_on_signal() -> threading.Event:
     return stop
 
 
-def wait_as_standby(spark, db, o: Options, s: Settings, stop: threading.Event,
-                    model: models.Loaded | None = None) -> bool:
-    """A warm standby: session warmed (and rehearsed with `model`, the version it loaded to serve),
-    then wait for the job's lease. False when asked to stop first; on takeover, the checks the
-    active may have made stale run again."""
+def wait_as_standby(spark, db, o: Options, s: Settings, stop: threading.Event, held: models.Held) -> bool:
+    """A warm standby: session warmed (and rehearsed with `held`'s model, the version it loaded to
+    serve), then wait for the job's lease, loading and rehearsing again when the version to serve
+    changes meanwhile. False when asked to stop first; on takeover, the checks the active may have
+    made stale run again."""
     record_ui(db, f"{JOB}-standby", spark)
     warm_up(spark, s, o.transactions_topic)
-    if s.standby_rehearsal:
+
+    def rehearse_with_held():
+        if not s.standby_rehearsal:
+            return
         try:
-            rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set(), model=model)
+            rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set(), model=held.model)
         except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
             log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
-    if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop):
+
+    rehearse_with_held()
+    if not wait_for_takeover(db, JOB, s.lease_ttl_seconds, stop,
+                             tick=lambda: held.refresh() and rehearse_with_held()):
         return False
     check_bound(db, o)  # the active may have created the checkpoints meanwhile
     refuse_other_layout(o, s)
@@ -594,8 +600,8 @@ def main(argv: list[str] | None = None) -> int:
     o.checkpoint.mkdir(parents=True, exist_ok=True)
     stop = stop_on_signal()
     # a standby loads the model it would serve while it waits (a takeover then plans with it at once)
-    ready = models.serving(db, JOB) if o.standby else None
-    if o.standby and not wait_as_standby(spark, db, o, s, stop, ready):
+    held = models.Held(db, JOB) if o.standby else None
+    if held is not None and not wait_as_standby(spark, db, o, s, stop, held):
         spark.stop()
         return 0
     record_progress(spark, o)  # after the standby's rehearsal: its batch is no batch of the job's
@@ -605,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     sinks = Sinks(o, s, epoch, faults)
     sinks.prepare()
     o = companion_options(o, s)
-    runner = build_runner(spark, db, o, s, epoch, sinks, faults, stop, ready)
+    runner = build_runner(spark, db, o, s, epoch, sinks, faults, stop, held.model if held else None)
     runner.start()
     faults.start()
     log.info("queries started %.1f s after taking the lease", time.monotonic() - took_over)

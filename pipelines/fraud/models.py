@@ -64,7 +64,9 @@ def versions(db) -> list[dict]:
 
 
 def newest(db) -> dict | None:
-    rows = list(db.query("SELECT * FROM models ORDER BY version DESC LIMIT 1"))
+    """The newest version whose files are saved (`save_version` registers a version, path empty,
+    before it writes them: a job starting or a standby looking meanwhile must not load half a model)."""
+    rows = list(db.query("SELECT * FROM models WHERE path != '' ORDER BY version DESC LIMIT 1"))
     return dict(rows[0]) if rows else None
 
 
@@ -122,6 +124,11 @@ def serving(db, job: str, ready: Loaded | None = None) -> Loaded:
     return loaded
 
 
+def to_serve(db, job: str) -> tuple[int, str | None] | None:
+    """(version, folder) the job's start would serve (`serving`), read from the store alone."""
+    return _wanted(db, chosen(db, job))
+
+
 def _wanted(db, version: int | None) -> tuple[int, str | None] | None:
     """(version, folder) `serving` would load for `version` (chosen, or None: the newest); None
     when that version is not in the store."""
@@ -131,6 +138,29 @@ def _wanted(db, version: int | None) -> tuple[int, str | None] | None:
     if row is None:
         return (RULES, None) if version is None else None
     return int(row["version"]), row["path"]
+
+
+class Held:
+    """The model a standby holds while it waits: loaded at its start and again whenever what the job
+    would serve changes (the active's `use-model` switch, a newly trained version), so that its
+    takeover serves at once rather than loading then. A version whose files fail to load is not
+    tried again until the choice changes."""
+
+    def __init__(self, db, job: str, load=serving):
+        self.db, self.job, self._load = db, job, load
+        self.wanted = to_serve(db, job)
+        self.model: Loaded = load(db, job)
+
+    def refresh(self) -> bool:
+        """Load again when the choice changed since the last load; whether it did."""
+        wanted = to_serve(self.db, self.job)
+        if wanted == self.wanted:
+            return False
+        self.wanted, was = wanted, self.model.version
+        self.model = self._load(self.db, self.job)
+        log.info("standby: the job would now serve model %s (held: %s); loaded it%s", self.model.version, was,
+                 f" ({self.model.why})" if self.model.why else "")
+        return True
 
 
 TOP_REASONS = 3

@@ -75,3 +75,32 @@ def test_a_standby_serves_the_version_it_loaded_while_it_waited_only_while_it_is
     switch.model = models.Loaded(models.RULES)
     switch.record(chosen=True)  # the active rolled back to the rules while the standby waited
     assert models.serving(db, JOB, ready) == models.Loaded(models.RULES)
+
+
+def test_a_waiting_standby_loads_again_when_the_version_to_serve_changes(db):
+    loads = []
+
+    def load(db, job):  # what models.serving loads, without reading model files
+        loads.append(models.to_serve(db, job))
+        return models.Loaded(loads[-1][0], path=loads[-1][1])
+
+    v1 = version(db, "/models/v1")
+    held = models.Held(db, JOB, load)
+    assert (held.model.version, loads) == (v1, [(v1, "/models/v1")])
+    assert held.refresh() is False and len(loads) == 1  # nothing changed: nothing loaded
+    v2 = version(db, "/models/v2")  # trained while the standby waits: now the newest
+    assert held.refresh() is True and (held.model.version, held.model.path) == (v2, "/models/v2")
+    assert models.serving(db, JOB, held.model) is held.model  # the takeover serves it as loaded
+    switch = start(db)
+    switch.model = models.Loaded(v1)
+    switch.record(chosen=True)  # the active rolls back to v1
+    assert held.refresh() is True and held.model.version == v1
+    assert held.refresh() is False and len(loads) == 3
+
+
+def test_a_version_whose_files_are_still_being_saved_is_not_the_newest(db):
+    v1 = version(db, "/models/v1")
+    v2 = version(db, "")  # save_version registered it and is writing its files
+    assert models.to_serve(db, JOB) == (v1, "/models/v1")
+    db.execute("UPDATE models SET path = '/models/v2' WHERE version = ?", [v2])
+    assert models.to_serve(db, JOB) == (v2, "/models/v2")

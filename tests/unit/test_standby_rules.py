@@ -136,3 +136,20 @@ def test_a_frozen_instance_woken_after_a_takeover_exits_on_its_next_beat(tmp_pat
             child.wait()
     assert code == 4, said
     assert "epoch 1 no longer holds the lease (the job's epoch is 2)" in said
+
+
+def test_a_waiting_standby_refreshes_what_it_holds_and_a_failed_refresh_does_not_end_the_wait(tmp_path):
+    db = connect(tmp_path / "s.db")
+    epoch = fencing.take_lease(db, "fraud")
+    fencing.renew(db, "fraud", epoch)
+    stopping, ticks = threading.Event(), []
+
+    def tick():
+        ticks.append(time.monotonic())
+        if len(ticks) == 1:
+            raise RuntimeError("model files half written")
+        if len(ticks) == 3:
+            stopping.set()
+
+    assert standby.wait_for_takeover(db, "fraud", 60, stopping, tick=tick, tick_s=0.2) is False
+    assert len(ticks) == 3 and ticks[2] - ticks[0] >= 0.4
