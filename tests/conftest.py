@@ -2,7 +2,8 @@
 
 Tests live in tiers, one folder each, run fastest first: unit (plain Python and SQLite), spark
 (local[2], static input), kafka (the real broker), e2e (real job processes, real crashes),
-cluster (a Spark standalone master and workers, three brokers, all on loopback), browser (Chromium). Each test is marked with its folder's tier (`pytest -m unit` is
+cluster (a Spark standalone master and workers, three brokers, all on loopback), browser (Chromium);
+in make test's lanes the unit tier runs last (`pytest_collection_modifyitems`). Each test is marked with its folder's tier (`pytest -m unit` is
 `make test-fast`); a unit test that asks for the broker or Spark fails, saying so.
 
 Tests get their own run folder and ports (unless the environment says otherwise), so a running
@@ -72,10 +73,16 @@ def _tier(item) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its tier and run the tiers fastest first (stable within a tier)."""
+    """Mark each test with its tier and run the tiers fastest first (stable within a tier). In
+    make test's lanes the unit tier goes last: its 70-odd files of seconds each fill whichever lane
+    is free, so both end together, where the browser tier's two files of a minute or more left one
+    lane idle for 30-45 s (two runs, bench/RESULTS.md#test-suite)."""
     for item in items:
         item.add_marker(getattr(pytest.mark, _tier(item)))
-    items.sort(key=lambda item: TIERS.index(_tier(item)))
+    order = TIERS
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a lane (its own `dist` option reads "no")
+        order = TIERS[1:] + TIERS[:1]
+    items.sort(key=lambda item: order.index(_tier(item)))
 
 
 @pytest.hookimpl(optionalhook=True)
