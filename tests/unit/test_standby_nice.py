@@ -37,6 +37,7 @@ def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
     allowed = may_come_back(5)
     proc = subprocess.Popen([sys.executable, "-c", STANDBY], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = None
     try:
         child = int(proc.stdout.readline())
         pids = [proc.pid, child]
@@ -50,6 +51,11 @@ def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
     finally:
         proc.kill()
         proc.wait()
+        if child is not None:  # its child outlives it otherwise (make test's leftover check names it)
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     if not allowed:
         print(f"LOUD: this user may not raise a priority again: the standby here runs at {base}, as it should, "
               "and the niced path was not exercised", file=sys.stderr)
