@@ -29,7 +29,9 @@ from pipelines import audit
 from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, settle, streamlit
 from bench.harness.jobs import wait_for
 
-pytestmark = pytest.mark.timeout(900)
+# a net for a hung stack, not a speed goal: the first-minute walk took 540 s on a machine 2.4x slower
+# than the one these tests were written on (its own waits name what did not come)
+pytestmark = pytest.mark.timeout(1800)
 FIRST_MINUTE_MS = 60_000
 # what each page shows once make demo's stack has run its first minute, and whether it draws a chart
 LIVE = {"": (["Tx in /s", "Decisions /s", "Latency p99", "of the Spark processes link theirs", "Consumer lag"],

@@ -20,6 +20,9 @@ SHOTS = ROOT / "docs" / "screenshots"
 # url path of each page -> the name of its screenshot (docs/screenshots/<name>.png in the README)
 PAGES = {"": "overview", "guarantees": "guarantees", "faults": "faults", "windows": "windows",
          "checkpoints": "checkpoints", "fraud": "fraud", "controls": "controls"}
+# A page's load on a loaded two-core host (the jobs, the broker and Streamlit beside it): Playwright's
+# 30 s default was seen to run out on a machine 2.4x slower than the one the waits were set on
+NAVIGATION_TIMEOUT_MS = 120_000
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -64,9 +67,22 @@ def streamlit(env: dict, log_path: Path):
                 proc.wait()
 
 
+class Chromium:
+    """The launched browser; each page it opens waits up to NAVIGATION_TIMEOUT_MS for a load."""
+
+    def __init__(self, browser):
+        self.browser = browser
+
+    def new_page(self, **options):
+        page = self.browser.new_page(**options)
+        page.set_default_navigation_timeout(NAVIGATION_TIMEOUT_MS)
+        return page
+
+
 @contextlib.contextmanager
 def chromium():
-    """A headless Chromium from Debian; fails loudly (never skips) when it is not installed."""
+    """A headless Chromium from Debian (`Chromium`); fails loudly (never skips) when it is not
+    installed."""
     if not CHROMIUM.exists():
         pytest.fail(f"Chromium is missing at {CHROMIUM}: install it with infra/install-chromium.sh "
                     "(this test never skips).")
@@ -76,7 +92,7 @@ def chromium():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:
-            yield browser
+            yield Chromium(browser)
         finally:
             browser.close()
 
