@@ -158,20 +158,42 @@ def wait_for_takeover(db, job: str, ttl_s: float, stopping: threading.Event,
             log.warning("%s: promoted by the supervisor: taking over", job)
             come_forward()
             return True
-        age = fencing.lease_age_ms(db, job)
-        if age is None or age > ttl_s * 1000:
-            holder = fencing.holder(db, job)
-            if age is not None and holder_runs(holder):
-                if not told:  # once per stale spell
-                    log.warning("%s: the lease is %.1f s old but its holder %s still runs (starved, not gone): "
-                                "waiting for the supervisor", job, age / 1000, holder)
-                told = True
-                continue
+        standing, age, holder = lease_standing(db, job, ttl_s)
+        if standing == STARVED:
+            if not told:  # once per stale spell
+                log.warning("%s: the lease is %.1f s old but its holder %s still runs (starved, not gone): "
+                            "waiting for the supervisor", job, age / 1000, holder)
+            told = True
+            continue
+        if standing in (FREE, LAPSED):
             log.warning("%s: the lease is %s: taking over", job, "free" if age is None else f"{age / 1000:.1f} s old")
             come_forward()
             return True
         told = False
     return False
+
+
+HELD, FREE, LAPSED, STARVED = "held", "free", "lapsed", "starved"
+
+
+def lease_standing(db, job: str, ttl_s: float) -> tuple[str, int | None, str | None]:
+    """(standing, age in ms, holder) of the job's lease, as a standby reads it: FREE (no holder),
+    LAPSED (no beat for `ttl_s` and its holder gone: take over), STARVED (no beat, but its holder
+    still runs: wait for the supervisor) or HELD."""
+    age = fencing.lease_age_ms(db, job)
+    if age is None:
+        return FREE, None, None
+    if age <= ttl_s * 1000:
+        return HELD, age, None
+    holder = fencing.holder(db, job)
+    return (STARVED if holder_runs(holder) else LAPSED), age, holder
+
+
+def takeover_due(db, job: str, ttl_s: float) -> bool:
+    """Whether a standby should take over now without waiting for its warm-up to end: promoted, or
+    the lease free or lapsed (the cancel of a rehearsal: without a supervisor to promote it, a
+    rehearsal begun while the active still beat must not hold the takeover back)."""
+    return PROMOTED.is_set() or lease_standing(db, job, ttl_s)[0] in (FREE, LAPSED)
 
 
 def holder_runs(holder: str | None) -> bool:

@@ -36,7 +36,7 @@ from pipelines.engine import checkpoints
 from pipelines.engine.poison import Streaks
 from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
 from pipelines.engine.session import get_spark, record_ui, warm_up
-from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
+from pipelines.engine.standby import Heartbeat, listen, takeover_due, wait_for_takeover
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
 from pipelines.fraud import models, realtime
 from pipelines.fraud.features import labels_frame, with_history
@@ -484,7 +484,8 @@ def wait_as_standby(spark, db, o: Options, s: Settings, stop: threading.Event, h
         if not s.standby_rehearsal:
             return
         try:
-            rehearse(spark, s, cancel=lambda: PROMOTED.is_set() or stop.is_set(), model=held.model)
+            rehearse(spark, s, cancel=lambda: stop.is_set() or takeover_due(db, JOB, s.lease_ttl_seconds),
+                     model=held.model)
         except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
             log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
 

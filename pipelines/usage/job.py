@@ -45,7 +45,7 @@ from infra.contracts import GUARANTEES
 from pipelines import guarantees
 from pipelines.engine import checkpoints
 from pipelines.engine.runner import EXIT_FENCED, EXIT_SUPERSEDED, QueryRunner
-from pipelines.engine.standby import PROMOTED, Heartbeat, listen, wait_for_takeover
+from pipelines.engine.standby import Heartbeat, listen, takeover_due, wait_for_takeover
 from pipelines.guarantees import Guarantee
 from pipelines.hooks import Faults
 from pipelines.restarts import first_line
@@ -259,7 +259,7 @@ class UsageJob:
             if s.standby_rehearsal:
                 try:
                     rehearse(self.spark, s, self.policies, self.windows,
-                             cancel=lambda: PROMOTED.is_set() or self.stopping.is_set())
+                             cancel=lambda: self.stopping.is_set() or takeover_due(self.db, JOB, s.lease_ttl_seconds))
                 except Exception as exc:  # noqa: BLE001 - a warm-up: a standby without it still takes over
                     log.warning("the standby's rehearsal failed (%s); waiting without it", exc)
             if not wait_for_takeover(self.db, JOB, s.lease_ttl_seconds, self.stopping):

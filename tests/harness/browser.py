@@ -20,9 +20,11 @@ SHOTS = ROOT / "docs" / "screenshots"
 # url path of each page -> the name of its screenshot (docs/screenshots/<name>.png in the README)
 PAGES = {"": "overview", "guarantees": "guarantees", "faults": "faults", "windows": "windows",
          "checkpoints": "checkpoints", "fraud": "fraud", "controls": "controls"}
-# A page's load on a loaded two-core host (the jobs, the broker and Streamlit beside it): Playwright's
-# 30 s default was seen to run out on a machine 2.4x slower than the one the waits were set on
+# A page's load, and any other action or wait given no timeout of its own, on a loaded two-core host
+# (the jobs, the broker and Streamlit beside it): Playwright's 30 s default for both was seen to run
+# out on a machine 2.4x slower than the one the waits were set on (bench/RESULTS.md#test-suite)
 NAVIGATION_TIMEOUT_MS = 120_000
+ACTION_TIMEOUT_MS = 60_000
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -68,13 +70,15 @@ def streamlit(env: dict, log_path: Path):
 
 
 class Chromium:
-    """The launched browser; each page it opens waits up to NAVIGATION_TIMEOUT_MS for a load."""
+    """The launched browser; each page it opens waits up to NAVIGATION_TIMEOUT_MS for a load and
+    ACTION_TIMEOUT_MS for an action or a wait given no timeout."""
 
     def __init__(self, browser):
         self.browser = browser
 
     def new_page(self, **options):
         page = self.browser.new_page(**options)
+        page.set_default_timeout(ACTION_TIMEOUT_MS)
         page.set_default_navigation_timeout(NAVIGATION_TIMEOUT_MS)
         return page
 

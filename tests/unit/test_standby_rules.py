@@ -93,6 +93,40 @@ def test_a_promotion_or_a_stop_ends_the_wait(tmp_path):
     assert standby.wait_for_takeover(db, "fraud", 60, stopping) is False
 
 
+def test_a_rehearsal_is_cut_short_when_the_lease_lapses_not_while_it_is_held(tmp_path):
+    """A standby's rehearsal (at its start, and again after loading another model) polls
+    `takeover_due`: without a supervisor to promote it, a lease that lapses meanwhile (no beat for
+    the TTL and its holder gone) must end the rehearsal, not wait for it; a held or starved lease
+    must not."""
+    import subprocess
+    import sys
+
+    from infra.config import ROOT
+
+    db = connect(tmp_path / "s.db")
+    assert standby.lease_standing(db, "fraud", 0.2)[0] == standby.FREE and standby.takeover_due(db, "fraud", 0.2)
+    fencing.take_lease(db, "fraud")  # held by this process, which runs
+    assert standby.lease_standing(db, "fraud", 60)[0] == standby.HELD
+    assert not standby.takeover_due(db, "fraud", 60)
+    time.sleep(0.3)
+    assert standby.lease_standing(db, "fraud", 0.2)[:1] == (standby.STARVED,)
+    assert not standby.takeover_due(db, "fraud", 0.2), "a holder that still runs is starved, not gone"
+    gone = subprocess.Popen([sys.executable, "-c", BEATING_CHILD.replace("range(8)", "range(1)"), str(tmp_path / "s.db")],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT)})
+    assert gone.stdout.readline().strip() == "holding"
+    gone.wait(10)
+    assert not standby.takeover_due(db, "usage", 60), "its last beat is fresh"
+    time.sleep(0.3)
+    standing, age, holder = standby.lease_standing(db, "usage", 0.2)
+    assert standing == standby.LAPSED and age > 200 and holder.endswith(f":{gone.pid}")
+    assert standby.takeover_due(db, "usage", 0.2)
+    standby.PROMOTED.set()
+    try:
+        assert standby.takeover_due(db, "fraud", 60), "a promotion ends it whatever the lease says"
+    finally:
+        standby.PROMOTED.clear()
+
+
 SUPERSEDED_CHILD = """
 import sys, time
 from controlplane import fencing
