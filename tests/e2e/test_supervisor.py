@@ -176,34 +176,39 @@ def test_crash_pressed_in_the_dashboard_is_recovered_and_shown(supervised, tmp_p
     with streamlit(supervised.env, tmp_path / "streamlit.log") as base, chromium() as browser:
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(f"{base}/guarantees")
-        page.locator("[data-testid=stMetric]").filter(has_text="exactly-once").first.wait_for(timeout=60_000)
+        page.locator("[data-testid=stMetric]").filter(has_text="exactly-once").first.wait_for(timeout=120_000)
         before = eo_on_page(page)
 
         page.goto(f"{base}/faults")
+        shown = time.monotonic()
+        # drawn once the page's script has run: beside the job and the broker on a slower host it
+        # took more than 30 s (CI, 2026-11-28); reported, not held to a number
+        page.locator(".st-key-job_crash button[aria-label=Open]").wait_for(timeout=180_000)
+        print(f"the faults page showed its crash control {time.monotonic() - shown:.1f} s after it loaded")
         page.locator(".st-key-job_crash button[aria-label=Open]").click()
         page.get_by_role("option", name="usage", exact=True).click()
         page.locator(".st-key-inject_crash button").click()
-        page.get_by_text("issued: crash on usage").first.wait_for(timeout=30_000)
+        page.get_by_text("issued: crash on usage").first.wait_for(timeout=120_000)
         command_id = supervised.db.execute("SELECT max(id) FROM commands WHERE kind = 'crash'").fetchone()[0]
-        row = supervised.wait_command(command_id, timeout=30)
+        row = supervised.wait_command(command_id, timeout=120)
         assert row["status"] == "done" and f"pid {old_pid}" in row["result"]
         recovery = wait_for("a recovery record", lambda: list(supervised.db["recoveries"].rows), timeout=180)[0]
         assert recovery["job"] == "usage" and recovery["fault"] == "crash" and recovery["seconds"] > 0
         status = supervised.status()
         assert status["restarts"] == 1 and status["pid"] != old_pid and status["status"] == "running"
-        page.get_by_text("Recovery times").first.wait_for(timeout=30_000)
-        page.get_by_text("Checkpoints & state").first.wait_for(timeout=30_000)  # the app's own navigation
+        page.get_by_text("Recovery times").first.wait_for(timeout=120_000)
+        page.get_by_text("Checkpoints & state").first.wait_for(timeout=120_000)  # the app's own navigation
         page.screenshot(path=str(SHOTS / "live-faults.png"), full_page=True)
 
         page.goto(f"{base}/guarantees")
-        page.get_by_text("crash on usage at").first.wait_for(timeout=60_000)
+        page.get_by_text("crash on usage at").first.wait_for(timeout=120_000)
         wait_for("the page's exactly-once count to move on after the recovery",
                  lambda: eo_on_page(page) > before, timeout=120, every=1)
         markers = lambda: page.locator(".js-plotly-plot .annotation-text").evaluate_all(  # noqa: E731
             "els => els.map(e => e.textContent || '')")
         wait_for("the crash marked on the error chart", lambda: any("crash" in m for m in markers()),
-                 timeout=30, every=1)
-        page.get_by_text("Checkpoints & state").first.wait_for(timeout=30_000)
+                 timeout=120, every=1)
+        page.get_by_text("Checkpoints & state").first.wait_for(timeout=120_000)
         settle(page)  # drawn and still
         page.screenshot(path=str(SHOTS / "live-guarantees-after-crash.png"), full_page=True)
 
