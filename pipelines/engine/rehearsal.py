@@ -64,14 +64,15 @@ def scratch_streams(spark, s: Settings, prefix: str, **batches: list[list[tuple]
 
 def run_to_end(queries: list, timeout_s: float, cancel: Callable[[], bool] = lambda: False) -> bool:
     """Wait for availableNow queries to finish; stop them all at once when `cancel()` says so (a
-    promotion must not wait for a warm-up) or at the timeout. True when every one ran to its end."""
+    takeover, promoted or on a lapsed lease, must not wait for a warm-up) or at the timeout. True
+    when every one ran to its end."""
     deadline = time.monotonic() + timeout_s
     while any(q.isActive for q in queries):
         if cancel() or time.monotonic() > deadline:
             for q in queries:
                 q.stop()
             log.warning("the standby's rehearsal stopped before its end (%s)",
-                        "promoted or stopped" if cancel() else f"not done in {timeout_s:.0f} s")
+                        "taking over or stopping" if cancel() else f"not done in {timeout_s:.0f} s")
             return False
         time.sleep(0.2)
     failed = [q.name for q in queries if q.exception() is not None]
