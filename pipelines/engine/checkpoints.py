@@ -11,10 +11,18 @@ life), `offsets/N` (the write-ahead log: batch N's end offsets, written before t
 
 No Spark import: the auditor and the dashboard read these from outside the job. The checkpoint
 must be on a file system this process can read (local, or a shared mount on a cluster).
+
+A query that starts over on every run (at-most-once, the real-time path) gets a folder of its own
+per instance (`fresh_instance`), with the query's usual path a symbolic link to the newest: a
+frozen instance that wakes (a zombie) writes only into its own folder, never into the folder its
+replacement has just cleared and started in, and every reader of the usual path reads the newest.
 """
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,3 +146,51 @@ def ledger_batch(sink: str, checkpoint: Path | str, batch_id: int):
     """The sink ledger's name for one batch: its checkpoint's query id and Kafka range."""
     start, end = batch_range(checkpoint, batch_id)
     return Batch(sink, query_id(checkpoint) or "", batch_id, start_offsets=start, end_offsets=end)
+
+
+_INSTANCE = re.compile(r"\.run-[0-9]+$")
+
+
+def is_instance(folder: Path | str) -> bool:
+    """Whether `folder` is one instance's folder of a query that starts over (`fresh_instance`)."""
+    return bool(_INSTANCE.search(Path(folder).name))
+
+
+def instances(link: Path | str) -> list[Path]:
+    link = Path(link)
+    try:
+        return [p for p in link.parent.iterdir() if p.name.startswith(f"{link.name}.run-") and is_instance(p)]
+    except OSError:
+        return []
+
+
+def fresh_instance(link: Path | str, instance: int) -> Path:
+    """An empty checkpoint folder for one run of a query that keeps no checkpoint across runs,
+    named by its `instance` (an epoch, a start time), with `link` pointed at it (swapped in one
+    rename, so a reader never finds it missing). Other instances' folders go: their runs ended, or
+    they are zombies whose writes must not land in the folder Spark starts in now."""
+    link = Path(link)
+    folder = link.with_name(f"{link.name}.run-{int(instance)}")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    if link.is_dir() and not link.is_symlink():  # a folder of a release before instance folders
+        shutil.rmtree(link)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(folder.name)  # relative: the checkpoint root can move
+    os.replace(tmp, link)
+    for old in instances(link):
+        if old != folder:
+            shutil.rmtree(old, ignore_errors=True)
+    return folder
+
+
+def clear(link: Path | str) -> None:
+    """Remove a query's checkpoint: a plain folder, or the link and every instance's folder."""
+    link = Path(link)
+    if link.is_symlink():
+        link.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(link, ignore_errors=True)
+    for old in instances(link):
+        shutil.rmtree(old, ignore_errors=True)

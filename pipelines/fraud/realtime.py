@@ -35,7 +35,6 @@ but sends a decision only for transactions that reach Kafka after the start.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 from infra import kafka_client
@@ -215,8 +214,9 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
                                       history_ttl_ms=history_ttl))
     for old in sorted(seeds.glob("*.tsv"), key=lambda p: p.stat().st_mtime)[:-SEEDS_KEPT]:
         old.unlink(missing_ok=True)
-    # the query always starts at the plan's offsets: Spark honours startingOffsets only on a new checkpoint
-    shutil.rmtree(folder, ignore_errors=True)
+    # the query always starts at the plan's offsets: Spark honours startingOffsets only on a new
+    # checkpoint, one of this instance's own (a woken zombie's offsets never land in it)
+    run_folder = checkpoints.fresh_instance(folder, started_at)
     db = store.connect(o.store_path)
     try:
         publish_model(db, o.checkpoint, sink)  # the version the stateful path decides with
@@ -228,7 +228,7 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
              .options(**kafka_client.spark_options(s))
              .option("kafka.linger.ms", "0")
              .option("topic", o.realtime_topic)
-             .option("checkpointLocation", str(folder))
+             .option("checkpointLocation", str(run_folder))
              .outputMode("update")
              .trigger(realTime=f"{max(5, int(o.realtime_batch_seconds))} seconds")
              .start())

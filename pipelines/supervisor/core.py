@@ -248,7 +248,7 @@ class Supervisor:
                 continue
             root = self.s.checkpoint_root
             folders = [root / job / "decisions", root / job / "dlq"] if job == "fraud" else \
-                sorted(p for p in root.glob(f"{job}-*") if p.is_dir())
+                sorted(p for p in root.glob(f"{job}-*") if p.is_dir() and not checkpoints.is_instance(p))
             cut = [(f.name if job != "fraud" else f"{job}/{f.name}", checkpoints.position(f)) for f in folders]
             cut = [(name, pos) for name, pos in cut if pos.query_id]
             replays = [f"{name} batch {pos.planned_batch}" for name, pos in cut if pos.uncommitted]

@@ -5,7 +5,7 @@
 
 All queries read the Kafka `decisions` topic (read_committed) side by side in one Spark
 application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
-and its own row in `usage_counts`. Each micro-batch of Kafka rows is checked against the decision
+(at-most-once, which starts over on every run: a link to its instance's own folder) and its own row in `usage_counts`. Each micro-batch of Kafka rows is checked against the decision
 contract and counted in the JVM in one pass, in the stage that reads it (`tally`; exactly-once
 counts each txn_id once, per Kafka partition: `pipelines.usage.dedupe`); the decisions breaking
 the contract are counted in that pass, and only when there are some a second pass over the batch
@@ -31,7 +31,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -94,7 +93,7 @@ def reset_sink(db, s: Settings, sink: str, guarantee: str | None) -> None:
         else:
             for table in ("windows", "late_events", "usage_watermarks"):
                 conn.execute(f"DELETE FROM {table}")
-    shutil.rmtree(checkpoint_dir(s, sink), ignore_errors=True)
+    checkpoints.clear(checkpoint_dir(s, sink))
 
 
 class UsageJob:
@@ -144,12 +143,13 @@ class UsageJob:
             exit_refused(exc)
 
     # -- the foreachBatch of each guarantee ---------------------------------------------------------
-    def batch_handler(self, policy: Guarantee):
+    def batch_handler(self, policy: Guarantee, checkpoint):
+        """The query's foreachBatch; `checkpoint` is the folder this instance's query runs in."""
         from pyspark.sql import functions as F
 
         from pipelines.engine.sources import decision_check
 
-        name, checkpoint = policy.query, checkpoint_dir(self.s, policy.query)
+        name = policy.query
         check = decision_check(self.spark, self.s)
 
         def counts(df, batch_id, failing) -> tuple[int, int]:
@@ -212,7 +212,8 @@ class UsageJob:
         topic = s.topics.decisions
         starting = policy.starting_offsets
         if not policy.keeps_checkpoint:
-            shutil.rmtree(checkpoint, ignore_errors=True)
+            # its own folder per instance: a woken zombie's offsets never land in this one
+            checkpoint = checkpoints.fresh_instance(checkpoint, self.epoch)
             if starting == "latest" and not self.amo_from_earliest:
                 # resolve "latest" here, so the first start is on record (the audit's truth
                 # for this query starts there)
@@ -225,7 +226,7 @@ class UsageJob:
         stream = read_kafka(self.spark, topic, s, starting_offsets=starting, max_offsets_per_trigger=s.usage_max_offsets,
                             headers=False)
         return (stream.writeStream.queryName(policy.query)
-                .foreachBatch(self.batch_handler(policy))
+                .foreachBatch(self.batch_handler(policy, checkpoint))
                 .option("checkpointLocation", str(checkpoint))
                 .trigger(processingTime=f"{s.usage_trigger_seconds} seconds")
                 .start())
@@ -289,7 +290,7 @@ class UsageJob:
         if not superseded:  # a zombie leaves the live instance's checkpoints alone
             for p in self.policies:
                 if not p.keeps_checkpoint:
-                    shutil.rmtree(checkpoint_dir(self.s, p.query), ignore_errors=True)
+                    checkpoints.clear(checkpoint_dir(self.s, p.query))
         if self.spark is not None:
             self.spark.stop()
 

@@ -1,0 +1,63 @@
+"""A query that starts over on every run (at-most-once, the real-time path) runs in a folder of its
+own per instance, behind a link at the query's usual path (`checkpoints.fresh_instance`): a woken
+zombie's offsets land in its own folder, never in the one its replacement has just started in."""
+from pathlib import Path
+
+from pipelines.engine import checkpoints
+
+
+def write_batch(folder: Path, batch_id: int, end: int, committed: bool = True) -> None:
+    """Spark's files for one batch of a one-partition topic `t`."""
+    (folder / "offsets").mkdir(parents=True, exist_ok=True)
+    (folder / "commits").mkdir(parents=True, exist_ok=True)
+    (folder / "metadata").write_text(f'{{"id":"q-{folder.name}"}}')
+    (folder / "offsets" / str(batch_id)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"t":{{"0":{end}}}}}')
+    if committed:
+        (folder / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_a_zombies_writes_after_its_replacement_started_stay_in_the_zombies_folder(tmp_path):
+    link = tmp_path / "usage-at-most-once"
+    zombie = checkpoints.fresh_instance(link, 6)
+    write_batch(zombie, 57, 900)
+    assert checkpoints.position(link).committed_batch == 57
+
+    replacement = checkpoints.fresh_instance(link, 7)
+    assert replacement != zombie and not zombie.exists()  # the older instance's folder went
+    assert list(replacement.iterdir()) == []             # Spark starts on an empty folder
+    assert checkpoints.position(link).query_id is None   # readers of the usual path see the newest
+
+    # the zombie wakes: its Spark still holds its own path and writes its next batch there
+    write_batch(zombie, 58, 950, committed=False)
+    write_batch(replacement, 0, 960)
+    assert sorted(p.name for p in (replacement / "offsets").iterdir()) == ["0"]
+    pos = checkpoints.position(link)
+    assert (pos.query_id, pos.committed_batch, pos.committed_offsets) == (f"q-{replacement.name}", 0, {"t": {0: 960}})
+
+
+def test_a_restart_of_the_same_instance_starts_on_an_empty_folder_again(tmp_path):
+    link = tmp_path / "fraud" / "realtime"
+    first = checkpoints.fresh_instance(link, 1_700_000_000_000)
+    write_batch(first, 3, 40)
+    again = checkpoints.fresh_instance(link, 1_700_000_000_000)
+    assert again == first and list(again.iterdir()) == []
+    assert link.resolve() == again.resolve()
+
+
+def test_a_plain_folder_of_an_older_release_is_replaced_and_clear_removes_everything(tmp_path):
+    link = tmp_path / "usage-at-most-once"
+    write_batch(link, 9, 100)  # a plain folder, as releases before instance folders left it
+    folder = checkpoints.fresh_instance(link, 2)
+    assert link.is_symlink() and checkpoints.position(link).committed_batch is None
+    assert checkpoints.is_instance(folder) and not checkpoints.is_instance(link)
+    write_batch(folder, 0, 5)
+    stray = tmp_path / "usage-at-most-once.run-1"  # recreated by a zombie's late write
+    write_batch(stray, 10, 110)
+    other = tmp_path / "usage-at-least-once"
+    write_batch(other, 0, 5)
+
+    checkpoints.clear(link)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["usage-at-least-once"]
+    checkpoints.clear(link)  # nothing left to clear: no error
+    checkpoints.clear(other)
+    assert list(tmp_path.iterdir()) == []
