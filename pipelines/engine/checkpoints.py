@@ -164,23 +164,31 @@ def instances(link: Path | str) -> list[Path]:
         return []
 
 
+def _number(folder: Path) -> int:
+    return int(folder.name.rsplit(".run-", 1)[1])
+
+
 def fresh_instance(link: Path | str, instance: int) -> Path:
     """An empty checkpoint folder for one run of a query that keeps no checkpoint across runs,
-    named by its `instance` (an epoch, a start time), with `link` pointed at it (swapped in one
-    rename, so a reader never finds it missing). Other instances' folders go: their runs ended, or
-    they are zombies whose writes must not land in the folder Spark starts in now."""
+    named by its `instance` (its fencing epoch: a newer instance's is larger), with `link`
+    pointed at it (swapped in one rename, so a reader never finds it missing). Older instances'
+    folders go: their runs ended, or they are zombies whose writes must not land in the folder
+    Spark starts in now. A newer instance's folder is never touched, nor the link taken from it
+    (a zombie restarting its query before its fence ends it)."""
     link = Path(link)
     folder = link.with_name(f"{link.name}.run-{int(instance)}")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    if link.is_dir() and not link.is_symlink():  # a folder of a release before instance folders
-        shutil.rmtree(link)
-    tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(folder.name)  # relative: the checkpoint root can move
-    os.replace(tmp, link)
-    for old in instances(link):
-        if old != folder:
+    others = [p for p in instances(link) if p != folder]
+    if not any(_number(p) > instance for p in others):
+        if link.is_dir() and not link.is_symlink():  # a folder of a release before instance folders
+            shutil.rmtree(link)
+        tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(folder.name)  # relative: the checkpoint root can move
+        os.replace(tmp, link)
+    for old in others:
+        if _number(old) < instance:
             shutil.rmtree(old, ignore_errors=True)
     return folder
 

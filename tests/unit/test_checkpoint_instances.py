@@ -35,11 +35,23 @@ def test_a_zombies_writes_after_its_replacement_started_stay_in_the_zombies_fold
     assert (pos.query_id, pos.committed_batch, pos.committed_offsets) == (f"q-{replacement.name}", 0, {"t": {0: 960}})
 
 
+def test_a_zombie_restarting_its_query_leaves_the_newer_instance_and_the_link_alone(tmp_path):
+    link = tmp_path / "usage-at-most-once"
+    replacement = checkpoints.fresh_instance(link, 7)
+    write_batch(replacement, 4, 300)
+    zombie = checkpoints.fresh_instance(link, 6)  # its runner restarting the query, not yet fenced
+    assert list(zombie.iterdir()) == []
+    assert checkpoints.position(link).committed_batch == 4 and link.resolve() == replacement.resolve()
+    assert (replacement / "commits" / "4").exists()
+    checkpoints.fresh_instance(link, 8)  # the next instance clears both older ones
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["usage-at-most-once", "usage-at-most-once.run-8"]
+
+
 def test_a_restart_of_the_same_instance_starts_on_an_empty_folder_again(tmp_path):
     link = tmp_path / "fraud" / "realtime"
-    first = checkpoints.fresh_instance(link, 1_700_000_000_000)
+    first = checkpoints.fresh_instance(link, 5)
     write_batch(first, 3, 40)
-    again = checkpoints.fresh_instance(link, 1_700_000_000_000)
+    again = checkpoints.fresh_instance(link, 5)
     assert again == first and list(again.iterdir()) == []
     assert link.resolve() == again.resolve()
 
