@@ -132,9 +132,9 @@ CATALOGUE: dict[str, Fault] = {f.kind: f for f in (
     Fault("zombie", SUPERVISOR, (USAGE, FRAUD),
           "the running instance is frozen (SIGSTOP, like a long GC pause) and a replacement starts on "
           "the same checkpoint and sink (at-most-once and the real-time path, which start over on every "
-          "run, in a fresh folder of the replacement's own); the frozen one is woken after N seconds, and not before the "
-          "replacement holds the lease (so it always wakes stale), and must be fenced: a write of it "
-          "rejected (exit 3), or its heartbeat finding the lease lost (exit 4)",
+          "run, in a fresh folder of the replacement's own); the frozen one is woken after N seconds, "
+          "and not before the replacement holds the lease (so it always wakes stale), and must be "
+          "fenced: a write of it rejected (exit 3), or its heartbeat finding the lease lost (exit 4)",
           (_seconds(15.0, "how long the old instance stays frozen"),)),
     Fault("pause", SIMULATOR, (SIMULATOR,), "stop sending (what is in flight is still delivered)",
           is_fault=False),

@@ -5,9 +5,10 @@
 
 All queries read the Kafka `decisions` topic (read_committed) side by side in one Spark
 application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
-(at-most-once, which starts over on every run: a link to its instance's own folder) and its own row in `usage_counts`. Each micro-batch of Kafka rows is checked against the decision
-contract and counted in the JVM in one pass, in the stage that reads it (`tally`; exactly-once
-counts each txn_id once, per Kafka partition: `pipelines.usage.dedupe`); the decisions breaking
+(at-most-once, which starts over on every run: a link to its instance's own folder) and its own
+row in `usage_counts`. Each micro-batch of Kafka rows is checked against the decision contract
+and counted in the JVM in one pass, in the stage that reads it (`tally`; exactly-once counts each
+txn_id once, per Kafka partition: `pipelines.usage.dedupe`); the decisions breaking
 the contract are counted in that pass, and only when there are some a second pass over the batch
 names their reasons (`rejected_reasons`, stored in `not_kept`). Only those numbers reach the
 driver, where the guarantee's policy object
