@@ -148,7 +148,8 @@ def ledger_batch(sink: str, checkpoint: Path | str, batch_id: int):
     return Batch(sink, query_id(checkpoint) or "", batch_id, start_offsets=start, end_offsets=end)
 
 
-_INSTANCE = re.compile(r"\.run-[0-9]+$")
+RUN = ".run-"  # an instance folder's name: the link's, this, its fencing epoch
+_INSTANCE = re.compile(re.escape(RUN) + r"[0-9]+$")
 
 
 def is_instance(folder: Path | str) -> bool:
@@ -159,13 +160,13 @@ def is_instance(folder: Path | str) -> bool:
 def instances(link: Path | str) -> list[Path]:
     link = Path(link)
     try:
-        return [p for p in link.parent.iterdir() if p.name.startswith(f"{link.name}.run-") and is_instance(p)]
+        return [p for p in link.parent.iterdir() if p.name.startswith(link.name + RUN) and is_instance(p)]
     except OSError:
         return []
 
 
 def _number(folder: Path) -> int:
-    return int(folder.name.rsplit(".run-", 1)[1])
+    return int(folder.name.rsplit(RUN, 1)[1])
 
 
 def fresh_instance(link: Path | str, instance: int) -> Path:
@@ -176,7 +177,7 @@ def fresh_instance(link: Path | str, instance: int) -> Path:
     Spark starts in now. A newer instance's folder is never touched, nor the link taken from it
     (a zombie restarting its query before its fence ends it)."""
     link = Path(link)
-    folder = link.with_name(f"{link.name}.run-{int(instance)}")
+    folder = link.with_name(f"{link.name}{RUN}{int(instance)}")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     others = [p for p in instances(link) if p != folder]
