@@ -26,11 +26,16 @@ Figures (events/s):
   printed before 2026-11-25; it leaves out the time between batches.
 - eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run; with
   --rounds above 1, `rounds` holds each round's own two ratios as well (their spread is the noise).
+- median_interval (with --rounds above 1): for each of the two ratios, the interval the rounds give
+  its median at 95 % or more (order statistics; with five rounds or fewer the extremes, at the
+  coverage they have), and that coverage: a goal inside the interval is one these rounds cannot
+  decide.
 - cpu_us_per_event (local mode): the driver JVM's CPU time over each query's run per event, the
   median of the rounds; on a machine shared with other work it moves far less than the clocks.
 Prints {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop",
 "wall_clock": true, "busy": {the same four figures and ratios in busy time}, "cpu_us_per_event":
-{query: µs}, "rounds": {"eo_over_alo": [r, ...], "eo_over_noop": [r, ...]}}.
+{query: µs}, "rounds": {"eo_over_alo": [r, ...], "eo_over_noop": [r, ...]},
+"median_interval": {"eo_over_alo": [low, high], "eo_over_noop": [low, high], "coverage": c}}.
 
 With --cluster the same queries run on the Spark standalone cluster (infra.cluster: started for
 the run unless it is up, stopped after it if the bench started it), as an application with one
@@ -41,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import math
 import statistics
 import sys
 import tempfile
@@ -84,6 +90,25 @@ def ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of what `values` sample: the order statistics
+    of ranks r and n + 1 - r, r the largest whose coverage (1 - 2 P(Binomial(n, 1/2) < r)) is at
+    least `confidence`, else the extremes; (low, high, coverage). Why: one round's ratio moves more
+    than a goal's gap, so a median alone cannot say on which side of a goal the ratio lies."""
+    x = sorted(values)
+    n = len(x)
+    if n == 0:
+        raise ValueError("no values")
+
+    def coverage(r: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(r)) / 2 ** n
+
+    r = 1
+    while r + 1 <= (n + 1) // 2 and coverage(r + 1) >= confidence:
+        r += 1
+    return x[r - 1], x[n - r], round(coverage(r), 3)
+
+
 def figures(runs: dict[str, list[tuple]]) -> dict:
     """{query: [(wall, busy[, cpu µs/event]), ...]} -> the JSON line: medians, wall clock first,
     busy beside it, and the JVM's CPU per event when measured."""
@@ -103,6 +128,11 @@ def figures(runs: dict[str, list[tuple]]) -> dict:
         # round's ratio moves far more than the medians' (eo_over_noop 0.54-1.13 over nine rounds of one run)
         out["rounds"] = {name: [ratio(e[0], o[0]) for e, o in zip(runs["exactly-once"], runs[other])]
                          for name, other in (("eo_over_alo", "at-least-once"), ("eo_over_noop", NOOP))}
+        intervals = {name: median_interval([r for r in rs if r is not None]) for name, rs in out["rounds"].items()
+                     if any(r is not None for r in rs)}
+        if intervals:
+            out["median_interval"] = {**{name: [lo, hi] for name, (lo, hi, _) in intervals.items()},
+                                      "coverage": min(c for _, _, c in intervals.values())}
     if cpu:
         out["cpu_us_per_event"] = cpu
     return out

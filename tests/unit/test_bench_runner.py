@@ -12,7 +12,7 @@ import sys
 from bench.all import flatten, render_markdown, summarize
 from bench.common import commit_latencies, fraud_in, pct, record
 from bench.latency import percentile, quality, realtime_figures
-from bench.throughput import figures, rates
+from bench.throughput import figures, median_interval, rates
 from infra.config import ROOT
 
 
@@ -67,7 +67,19 @@ def test_throughput_figures_are_medians_with_ratios_in_both_clocks():
     assert "cpu_us_per_event" not in out  # not measured (a cluster's executors): not reported
     # each round's own ratios, paired by round: the spread the medians hide
     assert out["rounds"] == {"eo_over_alo": [0.5, 0.75, 0.625], "eo_over_noop": [0.4, 0.5, 0.455]}
-    assert "rounds" not in figures({q: rs[:1] for q, rs in runs.items()})  # one round: nothing to spread
+    # three rounds: the interval of the median is their extremes, which cover it three times in four
+    assert out["median_interval"] == {"eo_over_alo": [0.5, 0.75], "eo_over_noop": [0.4, 0.5], "coverage": 0.75}
+    one = figures({q: rs[:1] for q, rs in runs.items()})
+    assert "rounds" not in one and "median_interval" not in one  # one round: nothing to spread
+
+
+def test_the_median_s_interval_is_the_narrowest_pair_of_ranks_covering_95_percent():
+    assert median_interval([0.9, 0.7, 0.8, 1.0, 0.6]) == (0.6, 1.0, 0.938)  # five: only the extremes, at 15/16
+    assert median_interval([float(i) for i in range(6)]) == (0.0, 5.0, 0.969)
+    # 32 rounds: ranks 10 and 23 (ranks 11 and 22 cover 1 - 2 P(Binomial(32, 1/2) <= 10) = 0.9499)
+    low, high, cover = median_interval([float(i) for i in range(32, 0, -1)])
+    assert (low, high, cover) == (10.0, 23.0, 0.98)
+    assert median_interval([0.81] * 7) == (0.81, 0.81, 0.984)
 
 
 def test_throughput_reports_the_jvm_s_cpu_per_event_as_the_median_of_the_rounds():
