@@ -27,7 +27,7 @@ Figures (events/s):
 - eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run; with
   --rounds above 1, `rounds` holds each round's own two ratios as well (their spread is the noise).
 - median_interval (with --rounds above 1): for each of the two ratios, the interval the rounds give
-  its median at 95 % or more (order statistics; with five rounds or fewer the extremes, at the
+  its median at 95 % or more (order statistics; with eight rounds or fewer the extremes, at the
   coverage they have), and that coverage: a goal inside the interval is one these rounds cannot
   decide.
 - cpu_us_per_event (local mode): the driver JVM's CPU time over each query's run per event, the
