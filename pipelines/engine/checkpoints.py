@@ -165,31 +165,29 @@ def instances(link: Path | str) -> list[Path]:
         return []
 
 
-def _number(folder: Path) -> int:
-    return int(folder.name.rsplit(RUN, 1)[1])
-
-
-def fresh_instance(link: Path | str, instance: int) -> Path:
+def fresh_instance(link: Path | str, instance: int, *, current: bool) -> Path:
     """An empty checkpoint folder for one run of a query that keeps no checkpoint across runs,
-    named by its `instance` (its fencing epoch: a newer instance's is larger), with `link`
-    pointed at it (swapped in one rename, so a reader never finds it missing). Older instances'
-    folders go: their runs ended, or they are zombies whose writes must not land in the folder
-    Spark starts in now. A newer instance's folder is never touched, nor the link taken from it
-    (a zombie restarting its query before its fence ends it)."""
+    named by its `instance` (its fencing epoch), with `link` pointed at it (swapped in one rename,
+    so a reader never finds it missing) when the caller is `current`: it holds the job's newest
+    lease. Every other instance's folder then goes: their runs ended, or they are zombies whose
+    writes must not land in the folder Spark starts in now (an epoch is compared only through the
+    lease: a store made afresh numbers its epochs from 1 again, below a stale folder's). A caller
+    that is not current (a zombie restarting its query before its fence ends it) gets its own empty
+    folder and touches nothing else."""
     link = Path(link)
     folder = link.with_name(f"{link.name}{RUN}{int(instance)}")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    others = [p for p in instances(link) if p != folder]
-    if not any(_number(p) > instance for p in others):
-        if link.is_dir() and not link.is_symlink():  # a folder of a release before instance folders
-            shutil.rmtree(link)
-        tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(folder.name)  # relative: the checkpoint root can move
-        os.replace(tmp, link)
-    for old in others:
-        if _number(old) < instance:
+    if not current:
+        return folder
+    if link.is_dir() and not link.is_symlink():  # a folder of a release before instance folders
+        shutil.rmtree(link)
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(folder.name)  # relative: the checkpoint root can move
+    os.replace(tmp, link)
+    for old in instances(link):
+        if old != folder:
             shutil.rmtree(old, ignore_errors=True)
     return folder
 

@@ -184,9 +184,11 @@ def record_times(s: Settings, topic: str, offsets: dict) -> dict:
         c.close()
 
 
-def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DEFAULT_LIMITS, epoch: int = 0):
+def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DEFAULT_LIMITS, *, epoch: int,
+          current: bool):
     """Start the real-time query on a fresh checkpoint at the seed's offsets: (query, plan, resumed).
-    `epoch`: the instance's fencing epoch, which names its checkpoint folder (a newer one's larger)."""
+    `epoch`: the instance's fencing epoch, which names its checkpoint folder; `current`: it holds
+    the job's newest lease (checkpoints.fresh_instance)."""
     from controlplane import store
     from pipelines.engine import checkpoints
     from pipelines.fraud import seed
@@ -217,7 +219,7 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
         old.unlink(missing_ok=True)
     # the query always starts at the plan's offsets: Spark honours startingOffsets only on a new
     # checkpoint, one of this instance's own (a woken zombie's offsets never land in it)
-    run_folder = checkpoints.fresh_instance(folder, epoch)
+    run_folder = checkpoints.fresh_instance(folder, epoch, current=current)
     db = store.connect(o.store_path)
     try:
         publish_model(db, o.checkpoint, sink)  # the version the stateful path decides with

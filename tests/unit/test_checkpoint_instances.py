@@ -18,11 +18,11 @@ def write_batch(folder: Path, batch_id: int, end: int, committed: bool = True) -
 
 def test_a_zombies_writes_after_its_replacement_started_stay_in_the_zombies_folder(tmp_path):
     link = tmp_path / "usage-at-most-once"
-    zombie = checkpoints.fresh_instance(link, 6)
+    zombie = checkpoints.fresh_instance(link, 6, current=True)
     write_batch(zombie, 57, 900)
     assert checkpoints.position(link).committed_batch == 57
 
-    replacement = checkpoints.fresh_instance(link, 7)
+    replacement = checkpoints.fresh_instance(link, 7, current=True)
     assert replacement != zombie and not zombie.exists()  # the older instance's folder went
     assert list(replacement.iterdir()) == []             # Spark starts on an empty folder
     assert checkpoints.position(link).query_id is None   # readers of the usual path see the newest
@@ -37,21 +37,31 @@ def test_a_zombies_writes_after_its_replacement_started_stay_in_the_zombies_fold
 
 def test_a_zombie_restarting_its_query_leaves_the_newer_instance_and_the_link_alone(tmp_path):
     link = tmp_path / "usage-at-most-once"
-    replacement = checkpoints.fresh_instance(link, 7)
+    replacement = checkpoints.fresh_instance(link, 7, current=True)
     write_batch(replacement, 4, 300)
-    zombie = checkpoints.fresh_instance(link, 6)  # its runner restarting the query, not yet fenced
+    zombie = checkpoints.fresh_instance(link, 6, current=False)  # its runner restarting the query, not yet fenced
     assert list(zombie.iterdir()) == []
     assert checkpoints.position(link).committed_batch == 4 and link.resolve() == replacement.resolve()
     assert (replacement / "commits" / "4").exists()
-    checkpoints.fresh_instance(link, 8)  # the next instance clears both older ones
+    checkpoints.fresh_instance(link, 8, current=True)  # the next instance clears both older ones
     assert sorted(p.name for p in tmp_path.iterdir()) == ["usage-at-most-once", "usage-at-most-once.run-8"]
+
+
+def test_a_stale_folder_with_a_larger_epoch_goes_when_the_lease_holder_starts(tmp_path):
+    # a run killed at epoch 9, then its store made afresh: the next lease is epoch 1
+    link = tmp_path / "usage-at-most-once"
+    stale = checkpoints.fresh_instance(link, 9, current=True)
+    write_batch(stale, 12, 500)
+    folder = checkpoints.fresh_instance(link, 1, current=True)
+    assert link.resolve() == folder.resolve() and not stale.exists()
+    assert checkpoints.position(link).query_id is None
 
 
 def test_a_restart_of_the_same_instance_starts_on_an_empty_folder_again(tmp_path):
     link = tmp_path / "fraud" / "realtime"
-    first = checkpoints.fresh_instance(link, 5)
+    first = checkpoints.fresh_instance(link, 5, current=True)
     write_batch(first, 3, 40)
-    again = checkpoints.fresh_instance(link, 5)
+    again = checkpoints.fresh_instance(link, 5, current=True)
     assert again == first and list(again.iterdir()) == []
     assert link.resolve() == again.resolve()
 
@@ -59,7 +69,7 @@ def test_a_restart_of_the_same_instance_starts_on_an_empty_folder_again(tmp_path
 def test_a_plain_folder_of_an_older_release_is_replaced_and_clear_removes_everything(tmp_path):
     link = tmp_path / "usage-at-most-once"
     write_batch(link, 9, 100)  # a plain folder, as releases before instance folders left it
-    folder = checkpoints.fresh_instance(link, 2)
+    folder = checkpoints.fresh_instance(link, 2, current=True)
     assert link.is_symlink() and checkpoints.position(link).committed_batch is None
     assert checkpoints.is_instance(folder) and not checkpoints.is_instance(link)
     write_batch(folder, 0, 5)
