@@ -80,6 +80,11 @@ def current_epoch(db: sqlite_utils.Database, job: str) -> int:
     return _epoch(db.conn, job)
 
 
+def is_current(db: sqlite_utils.Database, job: str, epoch: int) -> bool:
+    """Whether an instance at `epoch` still holds the job's newest lease (none newer was taken)."""
+    return current_epoch(db, job) <= epoch
+
+
 def record_rejection(db: sqlite_utils.Database, job: str, epoch: int, what: str) -> None:
     db.conn.execute("INSERT INTO rejected_writes (job, epoch, current_epoch, ts, what) VALUES (?, ?, ?, ?, ?)",
                     (job, epoch, _epoch(db.conn, job), now_ms(), what))

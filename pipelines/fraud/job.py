@@ -531,7 +531,7 @@ def realtime_starter(spark, db, o: Options, s: Settings, epoch: int):
     def start_realtime(restart=False):
         started_at = int(time.time() * 1000)  # before the query: its first decision comes after
         query, plan, resumed = realtime.start(spark, o, s, started_at, JOB, epoch=epoch,
-                                              current=fencing.current_epoch(db, JOB) <= epoch)
+                                              current=fencing.is_current(db, JOB, epoch))
         log.info("real-time path (%s) reads from %s, folds from %s%s", o.guarantee, plan.starts, plan.folds,
                  f"; its profiles miss what came before the fold on partitions {sorted(plan.holes)}"
                  if plan.holes else "")

@@ -476,7 +476,7 @@ class Sinks:
         after a long outage)."""
         db = connect(self.o.store_path)
         try:
-            return fencing.current_epoch(db, JOB) <= self.epoch
+            return fencing.is_current(db, JOB, self.epoch)
         finally:
             db.conn.close()
 

@@ -215,7 +215,7 @@ class UsageJob:
         if not policy.keeps_checkpoint:
             # its own folder per instance: a woken zombie's offsets never land in this one
             checkpoint = checkpoints.fresh_instance(checkpoint, self.epoch,
-                                                    current=fencing.current_epoch(self.db, JOB) <= self.epoch)
+                                                    current=fencing.is_current(self.db, JOB, self.epoch))
             if starting == "latest" and not self.amo_from_earliest:
                 # resolve "latest" here, so the first start is on record (the audit's truth
                 # for this query starts there)

@@ -83,6 +83,15 @@ def test_fenced_write_commits_for_the_current_epoch(tmp_path):
     assert fencing.current_epoch(db, "usage") == epoch and fencing.current_epoch(db, "fraud") == 0
 
 
+def test_an_instance_is_current_until_a_newer_lease_is_taken(tmp_path):
+    db = connect(tmp_path / "s.db")
+    first = fencing.take_lease(db, "usage")
+    assert fencing.is_current(db, "usage", first)
+    second = fencing.take_lease(db, "usage")
+    assert not fencing.is_current(db, "usage", first) and fencing.is_current(db, "usage", second)
+    assert fencing.is_current(db, "fraud", 1)  # no lease taken yet: nothing newer
+
+
 def test_fenced_write_refuses_a_stale_epoch_before_running_its_body(tmp_path):
     db = connect(tmp_path / "s.db")
     old = fencing.take_lease(db, "usage")
