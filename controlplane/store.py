@@ -57,14 +57,16 @@ TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...] | None]] = {
                       "reason": str, "epoch": int, "ts": int}, "id"),
     # every micro-batch of every query, from StreamingQueryListener (state_rows_removed: Spark's
     # numRowsRemoved, rows its state operators evicted: by the watermark, a TTL or the operator's
-    # own delete; event_time_max: the newest event time the batch saw, eventTime["max"])
+    # own delete; event_time_max: the newest event time the batch saw, eventTime["max"]; sources:
+    # JSON {topics read: {"rows", "per_s"}} per source, where num_input_rows and input_rows_per_s
+    # are Spark's sums over all of them)
     "batch_progress": ({
         "query": str, "batch_id": int, "ts": int, "num_input_rows": int, "input_rows_per_s": float,
         "processed_rows_per_s": float, "duration_ms": int, "trigger_ms": int, "commit_ms": int,
         "state_rows": int, "state_memory_bytes": int, "state_disk_bytes": int, "state_rows_dropped_late": int,
         "state_rows_removed": int, "watermark": str, "event_time_max": str, "start_offsets": str,
         "end_offsets": str, "checkpoint": str, "offsets_ms": int, "planning_ms": int,
-        "state_update_ms": int, "state_commit_ms": int,
+        "state_update_ms": int, "state_commit_ms": int, "sources": str,
     }, ("query", "batch_id", "ts")),
     # inside a fraud decisions batch (its foreachBatch, on the driver): computing the batch in Spark
     # (Kafka read, parse, the stateful scoring, the aggregator: one Spark job), the per-record

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from dashboard.data.overview import BUCKET_S
 from infra.contracts import ANALYZERS, GUARANTEES
 from pipelines.engine.stages import STAGES
 
@@ -65,6 +66,13 @@ def _time_axis(fig: go.Figure, times, title: str = TIME_TITLE, **where) -> go.Fi
     return fig
 
 
+def _lone_bar_width(times, ms: float) -> float | None:
+    """A bar's width in ms when it stands alone on a time axis (Plotly sizes bars by the gaps between
+    them, and draws a lone one too thin to see), else None: Plotly's own. A new run's first
+    5 s of decisions is one bar."""
+    return 0.8 * ms if pd.Series(list(times)).nunique() == 1 else None
+
+
 def _counts_axis(fig: go.Figure, top=None, **where) -> go.Figure:
     """A y axis of whole counts from 0; below 5 ticked 0, 1, 2… (never half a record)."""
     fig.update_yaxes(tickformat=",~r", rangemode="tozero", **where)
@@ -94,7 +102,7 @@ def latency(series: pd.DataFrame, goal_ms: float = 20) -> go.Figure:
     top = max([goal_ms * 1.3] + ([float(series["p99"].max()) * 1.1] if not series.empty else []))
     fig.update_yaxes(range=[0, top])
     _time_axis(fig, series["time"])
-    return _layout(fig, "Decision latency (Kafka append to append), per 5 s", y_title="latency (ms)")
+    return _layout(fig, f"Decision latency (Kafka append to append), per {BUCKET_S} s", y_title="latency (ms)")
 
 
 def latency_histogram(latencies: pd.DataFrame, goal_ms: float = 20, path: str | None = None) -> go.Figure:
@@ -117,10 +125,11 @@ def latency_histogram(latencies: pd.DataFrame, goal_ms: float = 20, path: str | 
 
 def throughput(series: pd.DataFrame) -> go.Figure:
     fig = go.Figure(go.Bar(x=series["time"], y=series["decisions_per_s"], name="decisions/s",
+                           width=_lone_bar_width(series["time"], BUCKET_S * 1000),
                            marker_color="#3A6EA5", hovertemplate="%{y:,.1f} decisions/s<extra></extra>"))
     _time_axis(fig, series["time"])
     _counts_axis(fig)
-    return _layout(fig, "Decisions per second, per 5 s", y_title="decisions/s")
+    return _layout(fig, f"Decisions per second, per {BUCKET_S} s", y_title="decisions/s")
 
 
 STATUS_COLORS = {"done": "#29A19C", "failed": "#C0392B", "started": "#F3A712", "pending": "#5C6B73"}
@@ -135,8 +144,8 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
     rows = 3 if not commands.empty else 2
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         row_heights=[0.45, 0.3, 0.25][:rows],
-                        subplot_titles=("decision latency (transaction's Kafka append to its decision's), per 5 s",
-                                        "decisions per second, per 5 s", "commands: outcome and recovery")[:rows])
+                        subplot_titles=(f"decision latency (transaction's Kafka append to its decision's), per {BUCKET_S} s",
+                                        f"decisions per second, per {BUCKET_S} s", "commands: outcome and recovery")[:rows])
     fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
     for name, color in (("p50", "#29A19C"), ("p95", "#3A6EA5"), ("p99", "#8E6C8A")):
         fig.add_trace(go.Scatter(x=series["time"], y=series[name], name=name, mode="lines+markers",
@@ -153,7 +162,8 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
     else:
         fig.update_yaxes(title_text="latency (ms)", range=[0, max(goal_ms * 1.3, top * 1.1)], row=1, col=1)
     fig.add_trace(go.Bar(x=series["time"], y=series["decisions_per_s"], name="decisions/s", marker_color="#3A6EA5",
-                         showlegend=False, hovertemplate="%{y:,.1f} decisions/s<extra></extra>"), row=2, col=1)
+                         width=_lone_bar_width(series["time"], BUCKET_S * 1000), showlegend=False,
+                         hovertemplate="%{y:,.1f} decisions/s<extra></extra>"), row=2, col=1)
     fig.update_yaxes(title_text="decisions/s", row=2, col=1)
     _counts_axis(fig, row=2, col=1)
     labels = []
@@ -327,6 +337,7 @@ def windows(df: pd.DataFrame, kind: str) -> go.Figure:
     per = df.groupby("start")[["processed", "fraud"]].sum().reset_index().sort_values("start")
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=per["start"], y=per["processed"], name="transactions", marker_color="#3A6EA5",
+                         width=_lone_bar_width(per["start"], float((df["window_end"] - df["window_start"]).max())),
                          opacity=0.8, hovertemplate="%{y:,} transactions<extra></extra>"), secondary_y=False)
     fig.add_trace(go.Scatter(x=per["start"], y=per["fraud"], name="fraud", mode="lines+markers",
                              line=dict(color=GUARANTEE_COLORS["at-most-once"], width=2),
@@ -543,11 +554,11 @@ def quality(series: pd.DataFrame) -> go.Figure:
 PATH_COLORS = {"real-time": "#E4572E", "stateful": "#3A6EA5"}
 
 
-def fraud_paths(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
+def fraud_paths(series: pd.DataFrame, faults: pd.DataFrame, bucket_s: float = 5.0) -> go.Figure:
     """Per path and slice of arrival time: undecided transactions (top) and latency p99 (bottom,
     log scale: ms for the real-time path, seconds for the stateful one), every fault marked."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=("undecided: arrived, no decision (per 5 s of arrival)",
+                        subplot_titles=(f"undecided: arrived, no decision (per {bucket_s:g} s of arrival)",
                                         "latency p99: decision appended − transaction appended"))
     fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
     for path, color in PATH_COLORS.items():
@@ -555,6 +566,7 @@ def fraud_paths(series: pd.DataFrame, faults: pd.DataFrame) -> go.Figure:
         if part.empty:
             continue
         fig.add_trace(go.Bar(x=part["time"], y=part["undecided"], name=path, legendgroup=path, marker_color=color,
+                             width=_lone_bar_width(series["time"], bucket_s * 1000),
                              hovertemplate=f"{path}: %{{y:,}} undecided<extra></extra>"), row=1, col=1)
         fig.add_trace(go.Scatter(x=part["time"], y=part["p99_ms"], name=path, legendgroup=path, showlegend=False,
                                  mode="lines", line=dict(color=color, width=2, shape="hv"),

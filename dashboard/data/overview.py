@@ -14,25 +14,30 @@ from dashboard.data.store import frame, now_ms, to_time
 
 LATENCY_GOAL_MS = 20
 RECENT_DECISIONS = 2000
+BUCKET_S = 5  # the latency and throughput series' time buckets
 LATENCY_COLUMNS = ["tx_appended", "dec_appended", "latency_ms"]
 
 
-def rates(db, now: int | None = None, window_s: int = 10) -> dict:
+def rates(db, topic: str, now: int | None = None, window_s: int = 10) -> dict:
     """Transactions/s into the fraud job, decisions/s and fraud share over the last `window_s`.
 
-    The input rate is Spark's own (inputRowsPerSecond of the fraud query's batches in the last
-    30 s at least); None when the fraud query posted no batch in that time, or only a first batch
-    after a start (Spark reports 0 rows/s for it).
+    The input rate is Spark's own, of the fraud query's `topic` source alone (its
+    inputRowsPerSecond in the batches of the last 30 s at least: the query's own rate sums its
+    labels source in too); None when the fraud query posted no batch in that time, or only a first
+    batch after a start (Spark reports 0 rows/s for it).
     """
     now = now or now_ms()
     n, fraud = db.conn.execute("SELECT COUNT(*), COALESCE(SUM(is_fraud), 0) FROM decisions "
                                "WHERE decided_at > ? AND decided_at <= ?", [now - window_s * 1000, now]).fetchone()
     rate_s = max(window_s, 30)
+    per_s, rows = f'$."{topic}".per_s', f'$."{topic}".rows'
     # a query's first batch after a start reports 0 rows/s whatever it read (Spark has no earlier
     # trigger to measure from): such a batch says nothing about the rate
     avg, batches = db.conn.execute(
-        "SELECT AVG(input_rows_per_s), COUNT(*) FROM batch_progress WHERE ts > ? AND ts <= ? AND query = 'fraud' "
-        "AND NOT (input_rows_per_s = 0 AND num_input_rows > 0)", [now - rate_s * 1000, now]).fetchone()
+        "SELECT AVG(json_extract(sources, ?)), COUNT(*) FROM batch_progress WHERE ts > ? AND ts <= ? "
+        "AND query = 'fraud' AND json_valid(sources) AND json_extract(sources, ?) IS NOT NULL "
+        "AND NOT (json_extract(sources, ?) = 0 AND json_extract(sources, ?) > 0)",
+        [per_s, now - rate_s * 1000, now, per_s, per_s, rows]).fetchone()
     return {"transactions_per_s": float(avg) if batches else None, "rate_window_s": rate_s,
             "decisions_per_s": n / window_s, "fraud_rate": (fraud / n) if n else None,
             "decisions": n, "window_s": window_s}
@@ -153,7 +158,7 @@ def latency_summary(latencies: pd.DataFrame, goal_ms: float = LATENCY_GOAL_MS) -
             "p99": float(ms.quantile(0.99)), "within_goal": float((ms <= goal_ms).mean())}
 
 
-def latency_series(latencies: pd.DataFrame, bucket_s: int = 5) -> pd.DataFrame:
+def latency_series(latencies: pd.DataFrame, bucket_s: int = BUCKET_S) -> pd.DataFrame:
     """Per time bucket: p50, p95, p99 latency (ms) and decisions per second."""
     if latencies.empty:
         return pd.DataFrame(columns=["time", "p50", "p95", "p99", "decisions_per_s"])

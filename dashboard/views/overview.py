@@ -54,7 +54,7 @@ def draw(db, s):
     lat = read_latencies(s, s.topics.decisions, start["batch_started"] if start else None)
     summary = data.latency_summary(lat.steady if lat.why is None else pd.DataFrame(columns=data.LATENCY_COLUMNS))
     cols = st.columns(6)
-    draw_rate_tiles(cols[:3], data.rates(db, now))
+    draw_rate_tiles(cols[:3], data.rates(db, s.topics.transactions, now))
     draw_latency_tiles(cols[3:], summary, lat)
     say_latency_rule(start, lat, summary)
     draw_latency_charts(db, s, lat, start, summary, now)
@@ -73,8 +73,8 @@ def say_what_is_starting(db, now: int) -> None:
 
 def draw_rate_tiles(cols, r: dict) -> None:
     cols[0].metric("Tx in /s", fmt.decimal(r["transactions_per_s"]), border=True,
-                   help=(f"Input rate of the fraud job's batches in the last {r['rate_window_s']} s "
-                         "(Spark's inputRowsPerSecond)." if r["transactions_per_s"] is not None else
+                   help=(f"Transactions read by the fraud job's batches in the last {r['rate_window_s']} s "
+                         "(Spark's inputRowsPerSecond of its transactions source; its labels not counted)." if r["transactions_per_s"] is not None else
                          f"Empty: the fraud job finished no batch in the last {r['rate_window_s']} s, or only its first "
                          "batch after a start, for which Spark reports no rate."))
     cols[1].metric("Decisions /s", fmt.decimal(r["decisions_per_s"]), border=True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -54,6 +55,27 @@ def iso_ms(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
+def source_name(source) -> str:
+    """What a source reads: its Kafka topics (the keys of its end offsets), else Spark's description."""
+    try:
+        doc = json.loads(source.endOffset) if isinstance(source.endOffset, str) else source.endOffset
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and doc and all(isinstance(v, dict) for v in doc.values()):
+        return ",".join(sorted(doc))
+    return str(source.description)
+
+
+def source_figures(sources) -> str:
+    """Each source's rows and input rate, by what it reads (JSON): the fraud query reads its
+    labels beside its transactions, and Spark's inputRowsPerSecond sums the two."""
+    def finite(x) -> float:
+        return float(x) if x is not None and math.isfinite(float(x)) else 0.0
+
+    return json.dumps({source_name(s): {"rows": int(s.numInputRows or 0), "per_s": finite(s.inputRowsPerSecond)}
+                       for s in sources})
+
+
 def progress_row(progress, checkpoints: dict[str, str]) -> dict:
     """The `batch_progress` row for one StreamingQueryProgress (pure: easy to test)."""
     ops = list(progress.stateOperators or [])
@@ -86,6 +108,7 @@ def progress_row(progress, checkpoints: dict[str, str]) -> dict:
         "event_time_max": (progress.eventTime or {}).get("max"),
         "start_offsets": json.dumps([s.startOffset for s in sources]),
         "end_offsets": json.dumps([s.endOffset for s in sources]),
+        "sources": source_figures(sources),
         "checkpoint": checkpoints.get(progress.name or "", ""),
     }
 

@@ -265,6 +265,11 @@ def _spark_offsets(topic: str, parts: dict) -> str:
     return json.dumps([json.dumps({topic: {str(p): o for p, o in parts.items()}})])
 
 
+def _sources(topic: str, rows: int, per_s: float) -> str:
+    """As pipelines.engine.metrics records a one-source query's figures per source (`source_figures`)."""
+    return json.dumps({topic: {"rows": int(rows), "per_s": float(per_s)}})
+
+
 def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str = "crash",
                checkpoint_root: Path | None = None) -> Seeded:
     """Fill every table the dashboard reads (and, given `checkpoint_root`, the checkpoint folders);
@@ -319,6 +324,7 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
                 "event_time_max": _iso(b.planned - 40) if eo else None,
                 "start_offsets": _spark_offsets(topics["decisions"], b.start),
                 "end_offsets": _spark_offsets(topics["decisions"], b.end),
+                "sources": _sources(topics["decisions"], n, n / (TRIGGER_MS / 1000)),
                 "checkpoint": f"/run/checkpoints/{query}"})
     for f in range((now - t0 - 1_150) // FRAUD_TRIGGER_MS + 1):
         planned = t0 + f * FRAUD_TRIGGER_MS + FRAUD_TRIGGER_MS - 100
@@ -333,6 +339,7 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
             "watermark": _iso(planned - 40 - WATERMARK_MS), "event_time_max": _iso(planned - 40),
             "start_offsets": _spark_offsets(topics["transactions"], start),
             "end_offsets": _spark_offsets(topics["transactions"], end), "checkpoint": "/run/checkpoints/fraud/decisions",
+            "sources": _sources(topics["transactions"], n, float(n)),
             "offsets_ms": 6 + f % 4, "planning_ms": 11 + f % 5, "state_update_ms": 40 + f % 9, "state_commit_ms": 9})
     db["batch_progress"].insert_all(progress, alter=False)
     # the decisions sink's laps inside addBatch (180 ms), recorded just before Spark's progress
@@ -721,6 +728,7 @@ def seed_first_minute(db, now: int, phase: str, first_started: int | None = None
                          "state_rows_removed": 0, "watermark": _iso(end - 30_000), "event_time_max": _iso(end - 40),
                          "start_offsets": _spark_offsets("transactions", {0: 0}),
                          "end_offsets": _spark_offsets("transactions", {0: n}),
+                         "sources": _sources("transactions", n, float(n) / (20 if b == 0 else 1)),
                          "checkpoint": "/run/checkpoints/fraud/decisions"})
     # Spark posts a batch's progress when the batch ends: its start is ts - duration (10 ms of posting)
     progress[0]["duration_ms"] = first_done + 10 - first_started

@@ -3,6 +3,8 @@ warm-up out of the latency tiles and says so, and draws every command on the lat
 time axis; the Checkpoints page draws each query's rates, watermark gap, state eviction and commit."""
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -152,16 +154,23 @@ def test_warmup_chart_without_commands(store):
 
 def test_what_spark_reports_for_a_first_batch(store):
     """As make demo showed: a query's first batch reports 0 rows/s whatever it read, and a watermark
-    of 0 (1970) until one is set; neither is a rate or a gap."""
+    of 0 (1970) until one is set; neither is a rate or a gap. The fraud query reads its labels
+    beside its transactions, and Spark's rate sums the two: the Overview's "Tx in /s" is the
+    transactions source's alone (make demo at 200 tx/s showed 401)."""
+    def sources(per_s):
+        return json.dumps({"transactions": {"rows": 1_232, "per_s": per_s}, "labels": {"rows": 1_232, "per_s": per_s}})
+
     row = {"query": "fraud", "batch_id": 0, "ts": NOW - 2_000, "num_input_rows": 2_464, "input_rows_per_s": 0.0,
            "processed_rows_per_s": 63.9, "duration_ms": 38_571, "trigger_ms": 30_000, "commit_ms": 420,
            "state_rows": 64, "state_memory_bytes": 2**20, "state_disk_bytes": 0, "state_rows_dropped_late": 0,
            "state_rows_removed": 0, "watermark": "1970-01-01T00:00:00.000Z", "event_time_max": "2027-01-15T08:00:00.000Z",
-           "start_offsets": "[]", "end_offsets": "[]", "checkpoint": "/run/checkpoints/fraud/decisions"}
+           "start_offsets": "[]", "end_offsets": "[]", "checkpoint": "/run/checkpoints/fraud/decisions",
+           "sources": sources(0.0)}
     store["batch_progress"].insert(row)
-    assert data.rates(store, NOW)["transactions_per_s"] is None
+    assert data.rates(store, "transactions", NOW)["transactions_per_s"] is None
     assert ckpt.batches(store, NOW)["watermark_gap_s"].isna().all()
-    store["batch_progress"].insert({**row, "batch_id": 1, "ts": NOW - 1_000, "input_rows_per_s": 137.1,
-                                    "watermark": "2027-01-15T07:59:20.000Z"})
-    assert data.rates(store, NOW)["transactions_per_s"] == pytest.approx(137.1)
+    store["batch_progress"].insert({**row, "batch_id": 1, "ts": NOW - 1_000, "input_rows_per_s": 274.2,
+                                    "sources": sources(137.1), "watermark": "2027-01-15T07:59:20.000Z"})
+    assert data.rates(store, "transactions", NOW)["transactions_per_s"] == pytest.approx(137.1)
+    assert data.rates(store, "other-topic", NOW)["transactions_per_s"] is None
     assert ckpt.batches(store, NOW)["watermark_gap_s"].tolist()[-1] == pytest.approx(40.0)

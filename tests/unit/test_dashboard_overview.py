@@ -19,8 +19,8 @@ def seeded_pairs(db, limit: int = data.RECENT_DECISIONS) -> list[tuple[int, int]
 
 def test_rates_and_latency(world):
     db, seeded, _ = world
-    r = data.rates(db, NOW)
-    assert r["transactions_per_s"] == pytest.approx(RATE, abs=1)  # Spark's inputRowsPerSecond of the fraud query
+    r = data.rates(db, "transactions", NOW)
+    assert r["transactions_per_s"] == pytest.approx(RATE, abs=1)  # Spark's inputRowsPerSecond of the transactions
     assert r["decisions_per_s"] == pytest.approx(RATE, abs=1)    # decisions in the store, last 10 s
     assert 0 < r["fraud_rate"] < 0.05
     lat = data.latency_frame(seeded_pairs(db))
@@ -35,7 +35,7 @@ def test_rates_and_latency(world):
 
 def test_no_input_rate_without_a_recent_fraud_batch(world):
     db, _, _ = world
-    assert data.rates(db, NOW + 3_600_000)["transactions_per_s"] is None
+    assert data.rates(db, "transactions", NOW + 3_600_000)["transactions_per_s"] is None
 
 
 def test_job_status(world):
@@ -75,7 +75,7 @@ def test_consumer_lag(world):
 
 
 def test_empty_store(store):
-    assert data.rates(store, NOW)["fraud_rate"] is None and data.rates(store, NOW)["transactions_per_s"] is None
+    assert data.rates(store, "transactions", NOW)["fraud_rate"] is None and data.rates(store, "transactions", NOW)["transactions_per_s"] is None
     assert data.latency_series(data.latency_frame(seeded_pairs(store))).empty
     assert data.job_status(store, NOW).empty and data.last_batch_offsets(store) == {}
 
