@@ -401,7 +401,10 @@ def labelled_traffic(n_labels: int, decided: int, frauds: int, topic: str) -> st
             "Each curve is the decisions one version made (the stateful path's, in the store; the real-time path's "
             "live only in `decisions-rt`). A threshold of the score is a point on the curve; the job's own "
             "threshold is one of them. The oldest day drawn is usually only partly labelled here: the newest "
-            "labels begin within it.")
+            "labels begin within it. On the simulator's traffic (make demo's) these figures are a consistency "
+            "check, not the detector's quality: the simulator shapes its frauds from the analyzers' limits. The "
+            "quality on data it was not tuned on is `bench handbook`'s (the Fraud page), or these figures on a "
+            "replayed history (`python -m simulator replay`).")
 
 
 _FEATURE_WORDS = {"amount": "amount", "is_weekend": "weekend", "is_night": "night",

@@ -72,7 +72,8 @@ def pages(s) -> dict[str, list[str]]:
         # the labels read back from Kafka and joined with the store's decisions: every seeded one
         "model": ["Deciding with", "model 2", f"The newest {fmt.count(len(labels))} labels",
                   f"{fmt.count(len(labels))} decided, {fmt.count(sum(f for _, f in labels))} of them frauds",
-                  "flagged decisions of model 2 · logistic-regression", "is not measured here"],
+                  "flagged decisions of model 2 · logistic-regression", "is not measured here",
+                  "these figures are a consistency check, not the detector's quality"],
         "controls": ["Set rate", "Pause", "rate 40/s"],
     }
 
