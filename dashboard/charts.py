@@ -157,7 +157,8 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
     top = float(series["p99"].max()) if not series.empty else 0.0
     if top > 50 * goal_ms:  # a warm-up or an outage of seconds beside decisions of milliseconds
         low = max(0.1, min(float(series["p50"].min()), goal_ms) / 2)
-        fig.update_yaxes(title_text="latency (ms, log)", type="log", row=1, col=1,
+        # ticked at powers of ten alone: Plotly's 2s and 5s between them read as latencies
+        fig.update_yaxes(title_text="latency (ms, log)", type="log", row=1, col=1, dtick=1,
                          range=[np.log10(low), np.log10(top * 2)])
     else:
         fig.update_yaxes(title_text="latency (ms)", range=[0, max(goal_ms * 1.3, top * 1.1)], row=1, col=1)
@@ -575,6 +576,9 @@ def fraud_paths(series: pd.DataFrame, faults: pd.DataFrame, bucket_s: float = 5.
     fig.update_yaxes(title_text="transactions", row=1, col=1)
     _counts_axis(fig, series["undecided"].max() if not series.empty else 0, row=1, col=1)
     fig.update_yaxes(title_text="ms", type="log", row=2, col=1)
+    p99 = series["p99_ms"].dropna() if "p99_ms" in series else pd.Series(dtype=float)
+    if not p99.empty and p99.min() > 0 and p99.max() >= 10 * p99.min():
+        fig.update_yaxes(dtick=1, row=2, col=1)  # decades apart: powers of ten alone, no 2s and 5s
     _time_axis(fig, pd.concat([series["time"], faults["time"]]) if not faults.empty else series["time"], row=2, col=1)
     fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
     fig = _layout(fig, "The two paths: what each left undecided, and how fast it decided", height=480)

@@ -146,6 +146,7 @@ def test_warmup_chart_without_commands(store):
                                     "end": pd.Timestamp(int(warm["dec_appended"].max()), unit="ms")})
     assert "yaxis3" not in fig.layout or fig.layout.yaxis3.domain is None      # no empty commands row
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.title.text == "latency (ms, log)"
+    assert fig.layout.yaxis.dtick == 1  # 10, 100, 1000, ...: no 2s and 5s between them
     low, high = fig.layout.yaxis.range
     assert 10 ** low <= 10 and 10 ** high >= 20_000 and 10 ** high < 100_000   # ms to the warm-up's tens of s
     assert fig.layout.xaxis2.title.text == "time (UTC)"

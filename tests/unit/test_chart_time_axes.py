@@ -1,5 +1,7 @@
-"""A bar alone on a time axis is drawn as wide as its bucket: Plotly sizes bars by the gaps between
-them and drew a new run's first 5 s of decisions (one bar) too thin to see (make demo, 2026-11-29)."""
+"""What make demo's first minutes showed wrong on the time charts (2026-11-29): a bar alone on a time
+axis is drawn as wide as its bucket (Plotly sizes bars by the gaps between them and drew a new
+run's first 5 s of decisions, one bar, too thin to see), and a latency axis over decades is ticked at
+powers of ten alone."""
 from __future__ import annotations
 
 import pandas as pd
@@ -39,3 +41,13 @@ def test_a_lone_window_and_a_lone_arrival_slice_too():
                           "p99_ms": [900]})
     fig = charts.fraud_paths(paths, pd.DataFrame(), bucket_s=2)
     assert bars(fig)[0].width == pytest.approx(1_600) and "per 2 s of arrival" in fig.layout.annotations[0].text
+
+
+def test_a_log_axis_over_decades_is_ticked_at_powers_of_ten_alone():
+    """The two paths' p99: milliseconds and tens of seconds on one log axis; Plotly's 2s and 5s
+    between the decades read as latencies. Within one decade Plotly's own ticks stay."""
+    times = [pd.Timestamp(T + i * 5_000, unit="ms") for i in range(2)]
+    wide = pd.DataFrame({"path": ["real-time", "stateful"], "time": times, "undecided": [0, 1], "p99_ms": [12, 30_000]})
+    narrow = wide.assign(p99_ms=[12_000, 30_000])
+    assert charts.fraud_paths(wide, pd.DataFrame()).layout.yaxis2.dtick == 1
+    assert charts.fraud_paths(narrow, pd.DataFrame()).layout.yaxis2.dtick is None
