@@ -144,8 +144,9 @@ def overview_timeline(series: pd.DataFrame, goal_ms: float, commands: pd.DataFra
     rows = 3 if not commands.empty else 2
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         row_heights=[0.45, 0.3, 0.25][:rows],
-                        subplot_titles=(f"decision latency (transaction's Kafka append to its decision's), per {BUCKET_S} s",
-                                        f"decisions per second, per {BUCKET_S} s", "commands: outcome and recovery")[:rows])
+                        subplot_titles=(
+                            f"decision latency (transaction's Kafka append to its decision's), per {BUCKET_S} s",
+                            f"decisions per second, per {BUCKET_S} s", "commands: outcome and recovery")[:rows])
     fig.update_annotations(x=0, xanchor="left", font=dict(size=12, color="#555"))
     for name, color in (("p50", "#29A19C"), ("p95", "#3A6EA5"), ("p99", "#8E6C8A")):
         fig.add_trace(go.Scatter(x=series["time"], y=series[name], name=name, mode="lines+markers",

@@ -161,7 +161,8 @@ def paths(db, now):
     if series.empty:
         ui.no_data("the auditor has not compared the paths yet.")
         return
-    st.plotly_chart(charts.fraud_paths(series, data.rt_fault_marks(db, now), ui.settings().audit_interval_seconds), width="stretch")
+    st.plotly_chart(charts.fraud_paths(series, data.rt_fault_marks(db, now), ui.settings().audit_interval_seconds),
+                    width="stretch")
     if gaps:
         table = pd.DataFrame(gaps)
         table["killed"] = to_time(table["killed_at"])

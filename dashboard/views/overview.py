@@ -74,7 +74,8 @@ def say_what_is_starting(db, now: int) -> None:
 def draw_rate_tiles(cols, r: dict) -> None:
     cols[0].metric("Tx in /s", fmt.decimal(r["transactions_per_s"]), border=True,
                    help=(f"Transactions read by the fraud job's batches in the last {r['rate_window_s']} s "
-                         "(Spark's inputRowsPerSecond of its transactions source; its labels not counted)." if r["transactions_per_s"] is not None else
+                         "(Spark's inputRowsPerSecond of its transactions source; its labels not counted)."
+                         if r["transactions_per_s"] is not None else
                          f"Empty: the fraud job finished no batch in the last {r['rate_window_s']} s, or only its first "
                          "batch after a start, for which Spark reports no rate."))
     cols[1].metric("Decisions /s", fmt.decimal(r["decisions_per_s"]), border=True,
