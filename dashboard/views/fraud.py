@@ -154,7 +154,8 @@ def paths(db, now):
                                          f"{fmt.decimal(ui.settings().fraud_undecided_after_seconds)} s "
                                          "after they arrived (FRAUD_UNDECIDED_AFTER_SECONDS).")
         cols[3].metric("Latency p99", fmt.duration_ms(t["p99_ms"]) if t else fmt.NONE,
-                       border=True, help=f"The {path} path's latency p99 over the newest settled 5 s of arrivals: "
+                       border=True, help=f"The {path} path's latency p99 over the newest settled "
+                                         f"{fmt.decimal(ui.settings().audit_interval_seconds)} s of arrivals: "
                                          "the decision's Kafka append time minus the transaction's.")
     fast = totals.get("real-time") or {}
     st.markdown(text.confirmed_alerts(fast.get("alerts"), fast.get("confirmed")))
