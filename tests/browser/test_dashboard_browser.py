@@ -24,7 +24,7 @@ from dashboard import fmt
 from infra import kafka_client
 from infra.config import load
 from tests.harness.append_times import decision, latencies, transaction, transaction_doc
-from tests.harness.browser import PAGES, check_and_shoot, chromium, kafka_badge, settle, streamlit
+from tests.harness.browser import PAGES, check_and_shoot, chromium, kafka_badge, settle, streamlit, wait_for_chart
 from tests.harness.dashboard_seed import (FAULT_BATCH, MODEL_RUNS, RATE, RT_UNPUBLISHED, label_records, rt_decision,
                                           seed_bench_runs, seed_first_minute, seed_models, seed_realtime, seed_store,
                                           simulator_labels)
@@ -140,7 +140,8 @@ def test_every_page_in_chromium(dashboard, tmp_path):
             for text in texts:
                 page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
             if path != "controls":
-                page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+                shown = path or "overview"
+                wait_for_chart(page, f"the seeded {shown} page", tmp_path / f"nochart-{shown}.png", 30_000)
             settle(page)  # drawn and still
             if path == "model":  # the labelled traffic's curves too, once the labels are read from Kafka
                 page.locator(".js-plotly-plot").nth(4).wait_for(timeout=30_000)
@@ -158,7 +159,7 @@ def test_every_page_in_chromium(dashboard, tmp_path):
         assert kinds[-1] == ("crash", "usage", "pending")
         page.goto(f"{base}/guarantees")
         page.get_by_text("crash on usage at").first.wait_for(timeout=30_000)
-        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+        wait_for_chart(page, "the guarantees page after the crash pressed", tmp_path / "nochart-crash.png", 30_000)
         settle(page)  # drawn and still
         markers = page.locator(".js-plotly-plot .annotation-text").evaluate_all(
             "els => els.map(e => e.textContent || '')")
@@ -179,7 +180,7 @@ def test_guarantees_with_no_fault_in_chromium(tmp_path, kafka):
         behind = f"behind {fmt.count(seeded.final['at-least-once']['lag_records'])} records"
         for text in ("lost 0 · duplicated 0", behind, "no loss or duplicate in this time"):
             page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
-        page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+        wait_for_chart(page, "the guarantees page with no fault", tmp_path / "nochart-guarantees.png", 30_000)
         settle(page)  # drawn and still
         body = page.locator("[data-testid=stMain]").inner_text()
         assert body.count("lost 0 · duplicated 0") == 3 and "lost +" not in body and "no fault recorded" not in body
@@ -223,7 +224,7 @@ def test_first_minute_in_chromium(tmp_path, kafka, topic, phase, texts):
         for text in texts:
             page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=30_000)
         if phase == "warm":
-            page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+            wait_for_chart(page, "the overview's first minute, warm", tmp_path / "nochart-overview.png", 30_000)
             values = page.locator("[data-testid=stMetricValue]").all_inner_texts()
             steady = pd.Series([ms for t, ms in latencies(load(), tx, dec).items() if t.startswith("t-")], dtype=float)
             want = [fmt.duration_ms(float(steady.quantile(q))) for q in (0.5, 0.95, 0.99)]

@@ -26,7 +26,7 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import ROOT, load
 from pipelines import audit
-from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, settle, streamlit
+from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, settle, streamlit, wait_for_chart
 from bench.harness.jobs import wait_for
 
 # a net for a hung stack, not a speed goal: the first-minute walk took 540-664 s on a machine 2.4x slower
@@ -118,7 +118,8 @@ def test_every_page_after_the_first_minute_in_chromium(demo, tmp_path):
             for text in texts:
                 page.get_by_text(text, exact=False).first.wait_for(state="attached", timeout=60_000)
             if has_chart:
-                page.locator(".js-plotly-plot").first.wait_for(timeout=60_000)
+                wait_for_chart(page, f"make demo's {name} page after its first minute",
+                               tmp_path / f"nochart-{name}.png")
             settle(page)  # drawn and still
             check_and_shoot(page, f"make demo's {name} page after its first minute", SHOTS / f"{name}.png", tmp_path)
 

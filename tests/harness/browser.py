@@ -207,6 +207,46 @@ def settle(page, timeout_ms: int = 10_000) -> None:
         pass
 
 
+# Per Plotly chart on the page: its title, whether Plotly drew it, its box and where it sits, and what
+# hides it (an inactive tab, an ancestor not displayed or not visible), for a wait that found none in view.
+WHERE_CHARTS_JS = """els => els.map(el => {
+    const r = el.getBoundingClientRect();
+    let hiddenBy = null;
+    for (let e = el; e && e !== document.body; e = e.parentElement) {
+        const cs = getComputedStyle(e);
+        if (cs.display === 'none' || cs.visibility === 'hidden') {
+            hiddenBy = `${e.getAttribute('data-testid') || e.getAttribute('role') || e.tagName}: ` +
+                       `display ${cs.display}, visibility ${cs.visibility}`;
+            break;
+        }
+    }
+    const title = el.querySelector('.gtitle');
+    return {title: title ? title.textContent : '(no title)', drawn: Array.isArray(el._fullData),
+            box: `${Math.round(r.width)}x${Math.round(r.height)} at y ${Math.round(r.top)}`, hiddenBy};
+})"""
+
+
+def wait_for_chart(page, where: str, shot: Path, timeout_ms: int = 60_000) -> None:
+    """Wait for a Plotly chart in view on the page, the viewport as tall as the page (charts in an
+    inactive tab do not count); when none comes, fail naming the page and every chart it holds with
+    why it is not seen, and save the page's screenshot to `shot`."""
+    # deferred: playwright loads only where a browser is driven
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.locator(".js-plotly-plot").first.wait_for(state="attached", timeout=timeout_ms)
+        tall(page)
+        page.locator(".js-plotly-plot:visible").first.wait_for(timeout=timeout_ms)
+    except PlaywrightTimeout:
+        charts = page.locator(".js-plotly-plot").evaluate_all(WHERE_CHARTS_JS)
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+        raise AssertionError(f"{where}: no chart in view after {timeout_ms / 1000:.0f} s; the page holds "
+                             f"{len(charts)}: {charts} (screenshot: {shot})") from None
+    finally:
+        page.set_viewport_size({"width": 1440, "height": 1000})
+
+
 def tall(page) -> None:
     """The viewport as tall as the page, so Plotly draws every chart (it leaves those out of view)."""
     height = page.evaluate("""() => {
