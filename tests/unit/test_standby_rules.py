@@ -1,12 +1,16 @@
 """Leases with a heartbeat, and when a warm standby takes over (real SQLite, no Spark)."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 from controlplane import fencing
+from controlplane.clock import now_ms
 from controlplane.store import connect
+from infra.config import load
 from pipelines.engine import standby
+from pipelines.supervisor.core import first_batch_pending
 
 
 def test_heartbeat_renews_and_a_clean_stop_releases(tmp_path):
@@ -187,3 +191,26 @@ def test_a_waiting_standby_refreshes_what_it_holds_and_a_failed_refresh_does_not
 
     assert standby.wait_for_takeover(db, "fraud", 60, stopping, tick=tick, tick_s=0.2) is False
     assert len(ticks) == 3 and ticks[2] - ticks[0] >= 0.4
+
+
+def test_a_standby_waits_for_its_jobs_first_batch_with_rows_or_the_limit(tmp_path):
+    """At the start the standby waits for its active's first batch with rows: one of its job's queries,
+    with rows, committed after the lease; a job given no rows gets it after the limit."""
+    db = connect(tmp_path / "s.db")
+    pid = os.getpid()
+    assert first_batch_pending(db, "fraud", pid, 30), "no lease taken yet"
+    fencing.take_lease(db, "fraud")
+    assert first_batch_pending(db, "fraud", pid + 1, 30), "the lease of another process is not its active's"
+    # a slow host's first batch commits 55-69 s after the lease (bench/RESULTS.md#first-minute): the
+    # default limit must not start the standby inside it
+    db.conn.execute("UPDATE leases SET taken_at = ? WHERE job = 'fraud'", [now_ms() - 70_000])
+    db.conn.commit()
+    assert first_batch_pending(db, "fraud", pid, load().standby_start_after_takeover_max_s)
+    taken = db.execute("SELECT taken_at FROM leases WHERE job = 'fraud'").fetchone()[0]
+    not_its_first = (("fraud-dlq", 50, taken + 1), ("fraud", 0, taken + 1), ("fraud", 50, taken - 1))
+    for query, rows, ts in not_its_first:
+        db["batch_progress"].insert({"query": query, "batch_id": 0, "ts": ts, "num_input_rows": rows})
+        assert first_batch_pending(db, "fraud", pid, 600), (query, rows, ts)
+    assert not first_batch_pending(db, "fraud", pid, 60), "past the limit: a job given no rows gets its standby"
+    db["batch_progress"].insert({"query": "fraud", "batch_id": 1, "ts": taken + 2, "num_input_rows": 50})
+    assert not first_batch_pending(db, "fraud", pid, 600), "its first batch with rows committed"
