@@ -129,7 +129,7 @@ class Settings:
     lease_ttl_seconds: float = 5.0    # a standby takes over when the active's heartbeat is this old
     # at the start and after a takeover the next standby starts once the active's first batch with
     # rows committed (the two would share the CPU), or after this many seconds: a net for a job
-    # given no rows, long enough for a slow host's first batch (55-60 s after the lease measured,
+    # given no rows, long enough for a slow host's first batch (55-69 s after the lease measured,
     # bench/RESULTS.md#first-minute; 30 s started both standbys inside it)
     standby_start_after_takeover_max_s: float = 120.0
     standby: bool = False             # the supervisor keeps a warm standby per job
