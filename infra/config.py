@@ -128,10 +128,10 @@ class Settings:
     stop_grace_seconds: float = 30.0  # a job stopping between batches, before it is killed
     lease_ttl_seconds: float = 5.0    # a standby takes over when the active's heartbeat is this old
     # at the start and after a takeover the next standby starts once the active's first batch with
-    # rows committed (the two would share the CPU), or after this many seconds: a net for a job
-    # given no rows, long enough for a slow host's first batch (55-69 s after the lease measured,
-    # bench/RESULTS.md#first-minute; 30 s started both standbys inside it)
-    standby_start_after_takeover_max_s: float = 120.0
+    # rows committed (the two would share the CPU), or after this many seconds (120 s, tried: a slow
+    # host's first decision came sooner, but the standbys then started where the stack stopped deciding
+    # for 30 s; bench/RESULTS.md#first-minute)
+    standby_start_after_takeover_max_s: float = 30.0
     standby: bool = False             # the supervisor keeps a warm standby per job
     # a standby runs its job's plans to their end over scratch records while it waits
     # (pipelines.fraud.job.rehearse, pipelines.usage.job.rehearse), so a takeover's first batch finds it all started
@@ -334,7 +334,7 @@ def load(env: dict | None = None) -> Settings:
         restart_backoff_max_seconds=_float(env, "RESTART_BACKOFF_MAX_SECONDS", 30.0),
         stop_grace_seconds=_float(env, "STOP_GRACE_SECONDS", 30.0),
         lease_ttl_seconds=_float(env, "LEASE_TTL_SECONDS", 5.0),
-        standby_start_after_takeover_max_s=_float(env, "STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS", 120.0),
+        standby_start_after_takeover_max_s=_float(env, "STANDBY_START_AFTER_TAKEOVER_MAX_SECONDS", 30.0),
         standby=(env.get("STANDBY") or "0").lower() in ("1", "true", "yes", "on"),
         standby_rehearsal=(env.get("STANDBY_REHEARSAL") or "1").lower() in ("1", "true", "yes", "on"),
         standby_rehearsal_rows=_int(env, "STANDBY_REHEARSAL_ROWS", 6000),
