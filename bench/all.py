@@ -70,6 +70,7 @@ SMOKE = {
     "first-minute": ["--rounds", "1", "--timeout", "300"],
     "store-sync": ["--batches", "5", "--rows", "50"],
     "dashboard": ["--rounds", "1"],
+    "charts": ["--chart-seconds", "10", "--pages", "checkpoints", "--seconds", "1", "--settle", "0"],
     "handbook": ["--train-start", "2018-04-04", "--train-days", "1", "--delay-days", "1", "--test-days", "1",
                  "--rules-only", "--max-offsets-per-trigger", "20000"],
 }

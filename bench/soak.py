@@ -56,6 +56,7 @@ import uuid
 from pathlib import Path
 
 from bench.common import delete_topics, own_broker
+from bench.harness.dashboard import CHROMIUM, CHROMIUM_ARGS
 from controlplane import commands
 from controlplane.clock import now_ms
 from controlplane.store import connect
@@ -64,11 +65,9 @@ from pipelines import audit
 
 CYCLE = ("sink-down", "task-failure", "crash-after-sink", "broker-down", "crash")
 JOB_FAULTS = ("crash", "crash-after-sink")  # these alternate usage / fraud per cycle
-CHROMIUM = Path("/usr/bin/chromium")
 GROWING = (("table:sink_batches", "sink_ledger"), ("table:card_profiles", "card_profiles"),
            ("realtime-seed", "realtime_seed"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
 
 
 def log(message: str) -> None:

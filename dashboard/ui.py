@@ -8,6 +8,8 @@ tracebacks.
 from __future__ import annotations
 
 import sqlite3
+import time
+from dataclasses import dataclass
 
 import streamlit as st
 
@@ -56,6 +58,44 @@ def sampled_every(sample_seconds: float) -> float:
     """How often to redraw a view of samples taken every `sample_seconds`: a new one shows within a
     sixth of that, and the page does not rebuild charts of data that cannot have changed."""
     return max(refresh_seconds(), sample_seconds / 6)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A chart as last sent to the browser: when, what it shows (`shows`), the figure."""
+    at: float
+    shows: tuple
+    figure: object
+
+
+def shows(figure) -> tuple:
+    """What a figure shows apart from its data: its title and its traces' kinds and names. A chart
+    whose `shows` changed (another query chosen, a new series) is drawn at once."""
+    title = figure.layout.title.text if figure.layout.title else None
+    return (title, tuple((t.type, getattr(t, "name", None)) for t in figure.data))
+
+
+def redraw(last: Drawn | None, now: float, every: float, new_shows: tuple) -> bool:
+    """Whether a chart gets its new figure now, or the one it was last sent again."""
+    return last is None or every <= 0 or now - last.at >= every or last.shows != new_shows
+
+
+def chart(figure, name: str, where=None) -> None:
+    """`where.plotly_chart(figure)` (`where`: a column, default the page), sending the figure this
+    chart (`name`, unique in the dashboard) was last sent again until DASHBOARD_CHART_SECONDS have
+    passed, unless it now shows something else (`shows`). Why: Streamlit names a Plotly chart by its
+    figure, so new data makes it a new element that the browser builds from scratch (an unchanged
+    figure is left as it is), and on a loaded host a chart rebuilt at every refresh was blank much
+    of the time (docs/dashboard.md)."""
+    memo = st.session_state.setdefault("_charts_drawn", {})
+    now = time.monotonic()
+    last = memo.get(name)
+    new_shows = shows(figure)
+    if redraw(last, now, settings().dashboard_chart_seconds, new_shows):
+        memo[name] = Drawn(now, new_shows, figure)
+    else:
+        figure = last.figure
+    (where or st).plotly_chart(figure, width="stretch")
 
 
 def no_data(what: str) -> None:

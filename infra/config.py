@@ -122,6 +122,7 @@ class Settings:
     dashboard_token: str | None
     dashboard_refresh_seconds: float = 2.0
     dashboard_store_timeout_ms: int = 1000
+    dashboard_chart_seconds: float = 10.0  # a chart with new data is rebuilt at most this often (dashboard/ui.py `chart`)
     # Supervisor
     restart_delay_seconds: float = 2.0
     restart_backoff_max_seconds: float = 30.0
@@ -347,5 +348,6 @@ def load(env: dict | None = None) -> Settings:
         store_retention_hours=_float(env, "STORE_RETENTION_HOURS", 24.0),
         dashboard_refresh_seconds=_float(env, "DASHBOARD_REFRESH_SECONDS", 2.0),
         dashboard_store_timeout_ms=_int(env, "DASHBOARD_STORE_TIMEOUT_MS", 1000),
+        dashboard_chart_seconds=_float(env, "DASHBOARD_CHART_SECONDS", 10.0),
     )
 

@@ -49,9 +49,9 @@ def batch_summary(df):
 
 def batch_times(df):
     left, right = st.columns(2)
-    left.plotly_chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), width="stretch")
-    right.plotly_chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)",
-                                        "duration (ms)"), width="stretch")
+    ui.chart(charts.per_query(df, "duration_ms", "Batch duration", "duration (ms)"), "checkpoints.duration", left)
+    ui.chart(charts.per_query(df, "commit_ms", "Checkpoint time (offset log + commit log)", "duration (ms)"),
+             "checkpoints.commit", right)
 
 
 def stage_split(db):
@@ -60,7 +60,7 @@ def stage_split(db):
     if split.empty:
         ui.no_data("no fraud batch with rows yet: nothing to split into stages.")
         return
-    st.plotly_chart(charts.stages(split), width="stretch")
+    ui.chart(charts.stages(split), "checkpoints.stages")
     st.caption(text.stages(split))
 
 
@@ -70,7 +70,7 @@ def one_query(df):
     queries = sorted(df["query"].unique(), key=lambda q: (q != "fraud", q))
     query = st.selectbox("query", queries, index=0, key="health_query")
     part = df[df["query"] == query]
-    st.plotly_chart(charts.query_health(part, query), width="stretch")
+    ui.chart(charts.query_health(part, query), f"checkpoints.query.{query}")  # another query: drawn at once
     st.caption(text.query_health(part))
 
 
@@ -133,7 +133,7 @@ def latest_recoveries(db):
 def state_and_history(df):
     """The state each query keeps over time, beside its last 100 batches."""
     left, right = st.columns(2)
-    left.plotly_chart(charts.state(df), width="stretch")
+    ui.chart(charts.state(df), "checkpoints.state", left)
     with right:
         st.subheader("Batch history")
         recent = df.sort_values("ts", ascending=False).head(100)
@@ -163,7 +163,7 @@ def memory_and_disk(db, s):
                    f"process every {fmt.duration_s(every)} (MEMORY_SAMPLE_SECONDS), the first as it starts; "
                    "it is not running, or has only just started.")
     else:
-        st.plotly_chart(charts.process_memory(mem), width="stretch")
+        ui.chart(charts.process_memory(mem), "checkpoints.memory")
         st.caption(text.memory(data.memory_now(mem), every))
     disk = data.storage(db, now)
     kept = data.retention(db)
@@ -171,7 +171,7 @@ def memory_and_disk(db, s):
         ui.no_data(f"no size of the store or the checkpoints sampled in the last {data.MEMORY_HOURS} h — the "
                    f"supervisor samples them with the memory, every {fmt.duration_s(every)}.")
     else:
-        st.plotly_chart(charts.storage(disk), width="stretch")
+        ui.chart(charts.storage(disk), "checkpoints.storage")
     latest = disk[disk["ts"] == disk["ts"].max()] if not disk.empty else disk
     st.caption(text.storage(latest, kept, s.store_retention_hours))
 

@@ -51,7 +51,7 @@ def draw(db, s):
         if rec.empty:
             ui.no_data("no recovery measured (inject a crash).")
         else:
-            st.plotly_chart(charts.recoveries(rec), width="stretch")
+            ui.chart(charts.recoveries(rec), "faults.recoveries")
             slowest = rec.loc[rec["seconds"].idxmax()]
             by = "; ".join(f"{'warm standby' if via == 'standby' else 'cold restart'}: median "
                            f"{fmt.duration_s(part['seconds'].median())} over {len(part):,}"

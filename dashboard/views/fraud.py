@@ -50,13 +50,13 @@ def draw(db, s):
         ui.no_data("no transaction flagged as fraud.")
         return
     left, right = st.columns([2, 3])
-    left.plotly_chart(charts.scores(flagged), width="stretch")
+    ui.chart(charts.scores(flagged), "fraud.scores", left)
     with right:
         series = data.quality_series(db, now)
         if series.empty:
             ui.no_data("no precision or recall measured in the last 30 minutes.")
         else:
-            st.plotly_chart(charts.quality(series), width="stretch")
+            ui.chart(charts.quality(series), "fraud.quality")
     st.subheader("Recently flagged (the stateful path)")
     flagged = flagged.assign(why=[text.reasons(e) for e in flagged["explanation"]])
     st.dataframe(flagged[["decided", "txn_id", "card_id", "amount", "why", *data.SCORE_COLUMNS, "score",
@@ -162,8 +162,8 @@ def paths(db, now):
     if series.empty:
         ui.no_data("the auditor has not compared the paths yet.")
         return
-    st.plotly_chart(charts.fraud_paths(series, data.rt_fault_marks(db, now), ui.settings().audit_interval_seconds),
-                    width="stretch")
+    ui.chart(charts.fraud_paths(series, data.rt_fault_marks(db, now), ui.settings().audit_interval_seconds),
+             "fraud.paths")
     if gaps:
         table = pd.DataFrame(gaps)
         table["killed"] = to_time(table["killed_at"])

@@ -61,12 +61,12 @@ def draw(db, s):
     series = data.audit_series(db, now)
     faults = data.fault_marks(db, now, job=data.JOB)
     left, right = st.columns([2, 3])
-    left.plotly_chart(charts.counts_vs_truth(latest), width="stretch")
-    right.plotly_chart(charts.guarantee_error(series, faults), width="stretch")
+    ui.chart(charts.counts_vs_truth(latest), "guarantees.counts", left)
+    ui.chart(charts.guarantee_error(series, faults), "guarantees.error", right)
     if not faults.empty:
         st.caption("Faults on the chart: " + "; ".join(
             f"{f.kind} on {target(f.kind, f.job)} at {f.time:%H:%M:%S} ({f.status})" for f in faults.itertuples()))
-    st.plotly_chart(charts.lag(series), width="stretch")
+    ui.chart(charts.lag(series), "guarantees.lag")
 
 
 ui.live(draw)

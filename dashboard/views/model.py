@@ -37,14 +37,14 @@ def matters(db, models, names, labelled):
     if why.empty:
         ui.no_data("no flagged decision carries an explanation.")
     else:
-        st.plotly_chart(charts.reasons(why, names, text.feature), width="stretch")
+        ui.chart(charts.reasons(why, names, text.feature), "model.reasons")
         per = why.groupby("model_version")["explained"].first()
         st.caption("Over the newest " + ", ".join(f"{fmt.count(n)} flagged decisions of {names.get(int(v), f'model {v}')}"
                                                   for v, n in per.items())
                    + ": each feature's share of a decision's explanation (its three largest contributions, their "
                      "sizes adding up to the whole), averaged; 0 where it was not among the three.")
     if labelled is not None and not labelled.empty:
-        st.plotly_chart(charts.separation(data.separation(labelled)), width="stretch")
+        ui.chart(charts.separation(data.separation(labelled)), "model.separation")
     if not models.empty:
         last = models.iloc[-1]
         st.markdown(f"Model {int(last['version'])}'s inputs, in the order it is fed them: "
@@ -74,8 +74,8 @@ def in_use(models, use, newest, decided):
 
 def versions(models):
     st.subheader("Versions")
-    st.plotly_chart(charts.model_validation(data.candidates(models), data.METRICS), width="stretch")
-    st.plotly_chart(charts.training_windows(models), width="stretch")
+    ui.chart(charts.model_validation(data.candidates(models), data.METRICS), "model.validation")
+    ui.chart(charts.training_windows(models), "model.training")
     table = models.assign(
         window=models["train_from"] + " … " + models["train_to"],
         params=[", ".join(f"{k} {v}" for k, v in p.items()) for p in models["params"]],
@@ -123,9 +123,9 @@ def traffic(db, s, decided, names):
         if curves.empty:
             ui.no_data("no fraud among the labelled decisions, so no precision-recall curve.")
         else:
-            st.plotly_chart(charts.precision_recall(curves, names), width="stretch")
+            ui.chart(charts.precision_recall(curves, names), "model.precision_recall")
     with right:
-        st.plotly_chart(charts.card_precision_days(daily, names, data.TOP_K), width="stretch")
+        ui.chart(charts.card_precision_days(daily, names, data.TOP_K), "model.card_precision")
     said = [f"{names.get(r.model_version, f'model {r.model_version}')}: average precision "
             f"{fmt.decimal(r.average_precision, 3)}, AUC ROC {fmt.decimal(r.auc_roc, 3)} over "
             f"{fmt.count(r.decisions)} decisions ({fmt.count(r.frauds)} frauds)" for r in summary.itertuples()]

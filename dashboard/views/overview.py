@@ -133,7 +133,7 @@ def draw_latency_charts(db, s, lat: Latencies, start: dict | None, summary: dict
               "end": to_time(lat.warm["dec_appended"]).max()} if not lat.warm.empty else None)
     commands = data.timeline(db, int(every["dec_appended"].min()) - 60_000, now)
     left, right = st.columns([7, 3])
-    left.plotly_chart(charts.overview_timeline(data.latency_series(every), GOAL, commands, shade), width="stretch")
+    ui.chart(charts.overview_timeline(data.latency_series(every), GOAL, commands, shade), "overview.timeline", left)
     if commands.empty:
         left.caption("No command (fault or control) issued while these decisions were made: the timeline "
                      "row is empty.")
@@ -143,7 +143,7 @@ def draw_latency_charts(db, s, lat: Latencies, start: dict | None, summary: dict
                      "new batch with rows, labelled with its recovery time and how (standby or restart).")
     with right:
         if summary["n"]:
-            st.plotly_chart(charts.latency_histogram(lat.steady, GOAL, "stateful"), width="stretch")
+            ui.chart(charts.latency_histogram(lat.steady, GOAL, "stateful"), "overview.stateful")
             st.caption(f"Stateful path: the fraud job's decisions in `{lat.topic}` (Kafka, exactly once).")
         else:
             ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
@@ -166,7 +166,7 @@ def draw_rt_histogram(db, s):
         ui.no_data(f"no real-time decision in `{rt.topic}` since its query started at "
                    f"{fmt.clock(started)}" + (f" ({fmt.count(warm)} of its warm-up left out)." if warm else "."))
         return
-    st.plotly_chart(charts.latency_histogram(rt.steady, GOAL, "real-time"), width="stretch")
+    ui.chart(charts.latency_histogram(rt.steady, GOAL, "real-time"), "overview.real_time")
     p99 = float(rt.steady["latency_ms"].quantile(0.99))
     st.caption(f"Real-time path: the newest {fmt.count(len(rt.steady))} decisions in `{rt.topic}` (Kafka), "
                f"p99 {fmt.duration_ms(p99)}, {fmt.percent((rt.steady['latency_ms'] <= GOAL).mean())} within {GOAL} ms"

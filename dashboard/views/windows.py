@@ -51,7 +51,7 @@ def draw(db, s):
         if series.empty:
             ui.no_data("no late event in the last 30 minutes.")
         else:
-            st.plotly_chart(charts.late(series), width="stretch")
+            ui.chart(charts.late(series), "windows.late")
 
     tabs = st.tabs([k.capitalize() for k in data.KINDS])
     for tab, kind in zip(tabs, data.KINDS):
@@ -61,9 +61,9 @@ def draw(db, s):
                 ui.no_data(f"no {kind} window results in the last 30 minutes.")
                 continue
             if kind == "session":
-                st.plotly_chart(charts.sessions(df), width="stretch")
+                ui.chart(charts.sessions(df), "windows.sessions")
             else:
-                st.plotly_chart(charts.windows(df, kind), width="stretch")
+                ui.chart(charts.windows(df, kind), f"windows.{kind}")
             st.dataframe(df[["key", "start", "end", "length_s", "processed", "fraud"]].head(200),
                          hide_index=True, width="stretch", height=260,
                          column_config={"start": st.column_config.DatetimeColumn("start (UTC)", format="HH:mm:ss"),

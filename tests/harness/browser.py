@@ -3,19 +3,14 @@ check of a drawn page that both page walks use (a seeded store, and make demo's 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench.harness.dashboard import CHROMIUM, CHROMIUM_ARGS, served
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository: this file is tests/harness/browser.py
-CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "docs" / "screenshots"
 # url path of each page -> the name of its screenshot (docs/screenshots/<name>.png in the README)
 PAGES = {"": "overview", "guarantees": "guarantees", "faults": "faults", "windows": "windows",
@@ -25,48 +20,13 @@ PAGES = {"": "overview", "guarantees": "guarantees", "faults": "faults", "window
 # out on a machine 2.4x slower than the one the waits were set on (bench/RESULTS.md#test-suite)
 NAVIGATION_TIMEOUT_MS = 120_000
 ACTION_TIMEOUT_MS = 60_000
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = CHROMIUM_ARGS
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
 def streamlit(env: dict, log_path: Path):
-    """Serve the dashboard on a free port with `env`; yield its base URL; stop it afterwards."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DASHBOARD_REFRESH_SECONDS": "2", **env}
-    env.pop("DASHBOARD_TOKEN", None)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",
-                                 "--server.address", "127.0.0.1", "--server.port", str(port),
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.time() + 60
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if proc.poll() is not None or time.time() > deadline:
-                    raise AssertionError("streamlit did not start: " + log_path.read_text()[-2000:])
-                time.sleep(0.3)
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """Serve the dashboard on a free port with `env` (pages refreshed every 2 s, no token); a context
+    yielding its base URL."""
+    return served({"DASHBOARD_REFRESH_SECONDS": "2", **env}, log_path, unset=("DASHBOARD_TOKEN",))
 
 
 class Chromium:

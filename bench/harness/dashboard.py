@@ -1,0 +1,58 @@
+"""The dashboard served by a real `streamlit run dashboard/app.py`, and the Chromium that opens it:
+shared by the benchmarks (charts, soak) and the browser tests."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from infra.config import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's (infra/install-chromium.sh), driven by Playwright
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def served(env: dict, log_path: Path, unset: tuple[str, ...] = (), start_timeout_s: float = 60.0):
+    """Serve the dashboard on a free port of 127.0.0.1 with `env` over this process's environment
+    (`unset` taken out of it); yield its base URL once it answers; stop it afterwards."""
+    port = free_port()
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **env}.items() if k not in unset}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",
+                                 "--server.address", "127.0.0.1", "--server.port", str(port),
+                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.time() + start_timeout_s
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"streamlit did not start on {base}: " + log_path.read_text()[-2000:])
+                time.sleep(0.3)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
