@@ -38,6 +38,6 @@ with st.sidebar:
     st.markdown("### :material/credit_card: CardStream")
     st.caption("Live fraud and usage monitoring on Spark and Kafka")
     ui.broker_badge()
-    st.caption(f"Store: `{s.store_path}`  \nRefresh every {ui.refresh_seconds():g} s")
+    st.caption(f"Store: `{s.store_path}`  \n{ui.refresh_sentence()}")
 
 page.run()

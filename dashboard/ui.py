@@ -54,6 +54,14 @@ def live(draw, every: float | None = None) -> None:
     _live()
 
 
+def refresh_sentence() -> str:
+    """How often the pages and their charts are redrawn, as the sidebar says it."""
+    every, charts = refresh_seconds(), settings().dashboard_chart_seconds
+    if charts <= every:
+        return f"Refresh every {every:g} s"
+    return f"Refresh every {every:g} s; a chart with new data every {charts:g} s"
+
+
 def sampled_every(sample_seconds: float) -> float:
     """How often to redraw a view of samples taken every `sample_seconds`: a new one shows within a
     sixth of that, and the page does not rebuild charts of data that cannot have changed."""

@@ -9,7 +9,7 @@ import pytest
 
 from controlplane.clock import now_ms
 from controlplane.store import connect
-from dashboard.ui import Drawn, redraw, shows
+from dashboard.ui import Drawn, redraw, refresh_sentence, shows
 from tests.unit.test_dashboard_pages import db_path, dead_broker, open_page, seed  # noqa: F401
 
 
@@ -32,6 +32,14 @@ def test_a_chart_showing_something_else_is_drawn_at_once():
     assert redraw(last, 101.0, 10.0, shows(figure("Batch duration", "fraud", "usage-exactly-once")))
     assert redraw(last, 101.0, 10.0, shows(figure("Checkpoint time", "fraud")))
     assert shows(figure("Batch duration", "fraud")) == shows(go.Figure(figure("Batch duration", "fraud")))
+
+
+def test_the_sidebar_says_how_often_charts_are_redrawn(monkeypatch):
+    monkeypatch.setenv("DASHBOARD_REFRESH_SECONDS", "2")
+    monkeypatch.setenv("DASHBOARD_CHART_SECONDS", "10")
+    assert refresh_sentence() == "Refresh every 2 s; a chart with new data every 10 s"
+    monkeypatch.setenv("DASHBOARD_CHART_SECONDS", "0")
+    assert refresh_sentence() == "Refresh every 2 s"
 
 
 def add_batch(db_path) -> int:
@@ -58,6 +66,7 @@ def duration_chart(at) -> dict:
 def test_the_checkpoints_page_holds_its_chart_while_the_table_beside_it_moves_on(db_path, dead_broker,  # noqa: F811
                                                                                   monkeypatch, every, rebuilt):
     monkeypatch.setenv("DASHBOARD_CHART_SECONDS", every)
+    monkeypatch.setenv("DASHBOARD_REFRESH_SECONDS", "2")
     seed(db_path)
     at = open_page("checkpoints")
     before = duration_chart(at)
@@ -66,4 +75,6 @@ def test_the_checkpoints_page_holds_its_chart_while_the_table_beside_it_moves_on
     assert not at.exception
     history = next(d.value for d in at.dataframe if "duration_ms" in d.value.columns and "batch_id" in d.value.columns)
     assert (history["duration_ms"] == duration).any()  # the table beside the chart shows the new batch at once
+    said = "a chart with new data every 600 s" if not rebuilt else "Refresh every 2 s"
+    assert any(said in c.value for c in at.sidebar.caption)  # and the sidebar says how often charts move
     assert (duration_chart(at) != before) is rebuilt
