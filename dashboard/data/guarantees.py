@@ -185,12 +185,19 @@ def changes(guarantee: str, audit: list[dict], rows: list[dict], events: list[di
     """
     out = []
     last_checkpoint = None
+    unseen_gap = None  # a new checkpoint whose skipped records no cut has counted lost yet
     for prev, cur in zip(audit, audit[1:]):
         last_checkpoint = prev.get("checkpoint_id") or last_checkpoint
         delta = {k: _int(cur[k]) - _int(prev[k]) for k in ("lost", "replayed", "upstream", "duplicated")}
         evidence = _evidence(prev, cur, rows, last_checkpoint)
         if not any(delta.values()) and not evidence:
             continue
+        if delta["lost"] > 0 and not evidence and unseen_gap is not None:
+            # the new checkpoint's first commit came after the sample that saw it start: the records
+            # it skipped enter the cut now, lost for the same reason
+            evidence, unseen_gap = [unseen_gap], None
+        elif any(e["kind"] == "new-checkpoint" for e in evidence):
+            unseen_gap = None if delta["lost"] > 0 else next(e for e in evidence if e["kind"] == "new-checkpoint")
         causes, seen = [], set()
         for e in evidence:
             for c in _overlapping(events, e["at"], e["until"], guarantee):

@@ -110,6 +110,24 @@ def test_a_change_nothing_explains_says_no_fault_recorded():
     assert text.change(change).endswith("lost +10 — no fault recorded.")
 
 
+def test_a_loss_seen_after_the_new_checkpoint_s_sample_is_told_with_its_crash():
+    """At-most-once's new checkpoint starts at one sample; what it skipped enters the cut at a later
+    one (its first commit): that loss is the new checkpoint's, after the crash (the README's picture
+    of 2026-11-23 said "no fault recorded" there)."""
+    audit = [sample(1_000, 4), sample(6_000, 0, ckpt="B"), sample(11_000, 1, lost=40, ckpt="B"),
+             sample(16_000, 2, lost=45, ckpt="B")]
+    rows = [handed(4, ledger.APPLIED, 900), handed(0, ledger.APPLIED, 5_500, ckpt="B"),
+            handed(1, ledger.APPLIED, 10_500, ckpt="B"), handed(2, ledger.APPLIED, 15_500, ckpt="B")]
+    lone, seen, started = data.changes("at-most-once", audit, rows, [command(5, "crash", 4_000, 4_001)])  # newest first
+    assert (started["ts"], started["lost"], seen["ts"], seen["lost"]) == (6_000, 0, 11_000, 40)
+    assert [e["kind"] for e in seen["evidence"]] == ["new-checkpoint"] and [c["id"] for c in seen["causes"]] == [5]
+    said = text.change(seen)
+    assert said.startswith("**") and "lost +40: started a new checkpoint" in said and "crash #5 on usage" in said
+    assert "no fault recorded" not in said
+    # a later loss with nothing of its own is not the same checkpoint's again
+    assert (lone["ts"], lone["lost"], lone["evidence"]) == (16_000, 5, []) and "no fault recorded" in text.change(lone)
+
+
 def test_upstream_duplicates_are_the_input_s_own():
     audit = [sample(1_000, 4), sample(6_000, 5, upstream=3)]
     [change] = data.changes("at-least-once", audit, [handed(5, ledger.APPLIED, 5_500)], [])
