@@ -69,7 +69,6 @@ GROWING = (("table:sink_batches", "sink_ledger"), ("table:card_profiles", "card_
            ("realtime-seed", "realtime_seed"))
 
 
-
 def log(message: str) -> None:
     print(f"bench soak: {message}", file=sys.stderr, flush=True)
 
