@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,23 +11,18 @@ import urllib.request
 from pathlib import Path
 
 from infra.config import ROOT
+from infra.daemons import free_ports
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's (infra/install-chromium.sh), driven by Playwright
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def served(env: dict, log_path: Path, unset: tuple[str, ...] = (), start_timeout_s: float = 60.0):
     """Serve the dashboard on a free port of 127.0.0.1 with `env` over this process's environment
     (`unset` taken out of it); yield its base URL once it answers; stop it afterwards."""
-    port = free_port()
+    [port] = free_ports(1)
     env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT), **env}.items() if k not in unset}
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",

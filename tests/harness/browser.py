@@ -20,7 +20,6 @@ PAGES = {"": "overview", "guarantees": "guarantees", "faults": "faults", "window
 # out on a machine 2.4x slower than the one the waits were set on (bench/RESULTS.md#test-suite)
 NAVIGATION_TIMEOUT_MS = 120_000
 ACTION_TIMEOUT_MS = 60_000
-ARGS = CHROMIUM_ARGS
 
 
 def streamlit(env: dict, log_path: Path):
@@ -54,7 +53,7 @@ def chromium():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
             yield Chromium(browser)
         finally:
