@@ -66,6 +66,38 @@ def _time_axis(fig: go.Figure, times, title: str = TIME_TITLE, **where) -> go.Fi
     return fig
 
 
+# A series' points a chart draws at most: more than a half-width chart has pixels across. Past it
+# the series is drawn in bins of time (`binned`); a page of charts of thousands of points each was
+# still blank most of the time beside make demo (bench/RESULTS.md#charts).
+MAX_POINTS = 300
+BIN_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
+
+
+def bin_seconds(times, densest: int | None = None, max_points: int = MAX_POINTS) -> int | None:
+    """The shortest of BIN_STEPS_S leaving at most `max_points` bins over the span of `times`; None
+    when the densest series (`densest` points; all of `times` by default) fits as it is."""
+    values = pd.to_datetime(pd.Series(list(times)), errors="coerce").dropna()
+    if (len(values) if densest is None else densest) <= max_points:
+        return None
+    span_s = (values.max() - values.min()).total_seconds()
+    return next((s for s in BIN_STEPS_S if span_s / s < max_points), BIN_STEPS_S[-1])
+
+
+def binned(part: pd.DataFrame, how: dict[str, str], seconds: int | None, by: str | None = None) -> pd.DataFrame:
+    """`part` (a `time` column) in bins of `seconds`, per `by` group: each column of `how` summed up
+    its way ("max", "last", "sum", "mean"), `time` the bin's newest. `seconds` None: `part` as it is."""
+    if seconds is None or part.empty:
+        return part
+    keys = [part["time"].dt.floor(f"{seconds}s").rename("_bin")] + ([part[by]] if by else [])
+    out = part.groupby(keys, sort=True).agg({"time": "max", **how}).reset_index(drop=True)
+    return out.sort_values(["time", by] if by else "time", kind="stable").reset_index(drop=True)
+
+
+def per_bin(seconds: int | None, what: str) -> str:
+    """The words a chart adds when it is drawn in bins: " · the longest per 5 s"."""
+    return "" if seconds is None else f" · {what} per {seconds:,} s"
+
+
 def _lone_bar_width(times, ms: float) -> float | None:
     """A bar's width in ms when it stands alone on a time axis (Plotly sizes bars by the gaps between
     them, and draws a lone one too thin to see), else None: Plotly's own. A new run's first
@@ -385,6 +417,10 @@ def late(series: pd.DataFrame) -> go.Figure:
 
 def per_query(df: pd.DataFrame, column: str, title: str, y_title: str, height: int = 330,
               mode: str = "lines") -> go.Figure:
+    """One line per query; past MAX_POINTS a query's, each point the longest of its bin's batches."""
+    seconds = bin_seconds(df["time"], df["query"].value_counts().max() if not df.empty else 0)
+    df = binned(df, {"query": "first", column: "max"}, seconds, by="query")
+    title += per_bin(seconds, "the longest")
     fig = go.Figure()
     for i, (query, part) in enumerate(df.groupby("query")):
         fig.add_trace(go.Scatter(x=part["time"], y=part[column], name=query, mode=mode,
@@ -396,7 +432,10 @@ def per_query(df: pd.DataFrame, column: str, title: str, y_title: str, height: i
 
 
 def state(df: pd.DataFrame) -> go.Figure:
-    """State rows and state memory per query, stacked in two panels."""
+    """State rows and state memory per query, stacked in two panels (past MAX_POINTS a query's, each
+    point its bin's newest batch)."""
+    seconds = bin_seconds(df["time"], df["query"].value_counts().max() if not df.empty else 0)
+    df = binned(df, {"query": "first", "state_rows": "last", "state_memory_bytes": "last"}, seconds, by="query")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=("state rows", "state memory"))
     for i, (query, part) in enumerate(df.groupby("query")):
@@ -411,13 +450,17 @@ def state(df: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title_text="MiB", rangemode="tozero", row=2, col=1)
     _time_axis(fig, df["time"], row=2, col=1)
     fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=1)
-    return _legend_below(_layout(fig, "State held by each query", height=500))
+    return _legend_below(_layout(fig, "State held by each query" + per_bin(seconds, "the newest"), height=500))
 
 
 def query_health(part: pd.DataFrame, query: str) -> go.Figure:
     """One query over time, four panels: input rate against processed rate (processed below input
     is backpressure: the query falls behind), the watermark's gap to the newest event, state rows
-    removed and dropped late, and commit (checkpoint) duration."""
+    removed and dropped late, and commit (checkpoint) duration. Past MAX_POINTS batches, in bins of
+    time: the rates their mean, the gap and the commit their longest, the rows their sum."""
+    seconds = bin_seconds(part["time"])
+    part = binned(part, {"input_rows_per_s": "mean", "processed_rows_per_s": "mean", "watermark_gap_s": "max",
+                         "state_rows_removed": "sum", "state_rows_dropped_late": "sum", "commit_ms": "max"}, seconds)
     has_gap = part["watermark_gap_s"].notna().any()
     fig = make_subplots(rows=2, cols=2, shared_xaxes=True, vertical_spacing=0.16, horizontal_spacing=0.1,
                         subplot_titles=("input vs processed rate",
@@ -454,7 +497,8 @@ def query_health(part: pd.DataFrame, query: str) -> go.Figure:
         _time_axis(fig, part["time"], row=2, col=col)
         fig.update_xaxes(tickformat="%H:%M:%S", row=1, col=col)
     fig.update_layout(barmode="group")
-    return _legend_below(_layout(fig, f"{query}: rates, watermark, state eviction, commit", height=560))
+    title = f"{query}: rates, watermark, state eviction, commit" + per_bin(seconds, "batches")
+    return _legend_below(_layout(fig, title, height=560))
 
 
 def _query_color(query: str, i: int) -> str:
@@ -478,7 +522,9 @@ def _role(process: str) -> tuple[str, str]:
 def process_memory(df: pd.DataFrame) -> go.Figure:
     """Resident memory of every long-lived process over time, one line each: a colour per role
     (fraud, usage, their standbys, the broker, ...), the Python driver solid, its Spark JVM dashed,
-    its Spark Python workers dotted."""
+    its Spark Python workers dotted. Past MAX_POINTS samples a process's, each point its bin's newest."""
+    seconds = bin_seconds(df["time"], df["process"].value_counts().max() if not df.empty else 0)
+    df = binned(df, {"process": "first", "rss_mb": "last", "pid": "last"}, seconds, by="process")
     fig = go.Figure()
     roles = list(dict.fromkeys(_role(p)[0] for p in sorted(df["process"].unique())))
     for process, part in sorted(df.groupby("process"), key=lambda kv: _role(kv[0])):
@@ -490,7 +536,8 @@ def process_memory(df: pd.DataFrame) -> go.Figure:
                                  hovertemplate=f"{process}: %{{y:,.0f}} MB (pid %{{customdata}})<extra></extra>"))
     fig.update_yaxes(rangemode="tozero", tickformat=",~r")
     _time_axis(fig, df["time"])
-    return _legend_below(_layout(fig, "Resident memory (RSS) per process", height=440, y_title="RSS (MB)"))
+    return _legend_below(_layout(fig, "Resident memory (RSS) per process" + per_bin(seconds, "the newest"),
+                                 height=440, y_title="RSS (MB)"))
 
 
 STORAGE_NAMES = {"store": "store (file + WAL)", "checkpoints": "checkpoints (logs + RocksDB state)",
@@ -498,7 +545,10 @@ STORAGE_NAMES = {"store": "store (file + WAL)", "checkpoints": "checkpoints (log
 
 
 def storage(df: pd.DataFrame) -> go.Figure:
-    """Bytes on disk over time: the store, the checkpoint root, the local broker's data."""
+    """Bytes on disk over time: the store, the checkpoint root, the local broker's data (past
+    MAX_POINTS samples each, its bin's newest)."""
+    seconds = bin_seconds(df["time"], df["what"].value_counts().max() if not df.empty else 0)
+    df = binned(df, {"what": "first", "mib": "last"}, seconds, by="what")
     fig = go.Figure()
     for i, (what, part) in enumerate(df.groupby("what", sort=False)):
         name = STORAGE_NAMES.get(what, what)
@@ -507,7 +557,8 @@ def storage(df: pd.DataFrame) -> go.Figure:
                                  hovertemplate=f"{name}: %{{y:,.1f}} MiB<extra></extra>"))
     fig.update_yaxes(rangemode="tozero", tickformat=",~r")
     _time_axis(fig, df["time"])
-    return _legend_below(_layout(fig, "On disk: store, checkpoints, broker data", height=360, y_title="MiB"))
+    return _legend_below(_layout(fig, "On disk: store, checkpoints, broker data" + per_bin(seconds, "the newest"),
+                                 height=360, y_title="MiB"))
 
 
 # --- fraud ----------------------------------------------------------------------------------------
