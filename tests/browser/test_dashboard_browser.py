@@ -142,10 +142,8 @@ def test_every_page_in_chromium(dashboard, tmp_path):
             if path != "controls":
                 shown = path or "overview"
                 wait_for_chart(page, f"the seeded {shown} page", tmp_path / f"nochart-{shown}.png", 30_000)
-            settle(page)  # drawn and still
             if path == "model":  # the labelled traffic's curves too, once the labels are read from Kafka
                 page.locator(".js-plotly-plot").nth(4).wait_for(timeout=30_000)
-                settle(page)
             check_and_shoot(page, path or "overview", tmp_path / f"seeded-{WALK[path]}.png")
 
         page.goto(f"{base}/faults")

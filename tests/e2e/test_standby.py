@@ -26,7 +26,7 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra.config import ROOT, load
 from pipelines import audit
-from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, settle, streamlit, wait_for_chart
+from tests.harness.browser import PAGES, SHOTS, check_and_shoot, chromium, streamlit, wait_for_chart
 from bench.harness.jobs import wait_for
 
 # a net for a hung stack, not a speed goal: the first-minute walk took 540-664 s on a machine 2.4x slower
@@ -120,7 +120,6 @@ def test_every_page_after_the_first_minute_in_chromium(demo, tmp_path):
             if has_chart:
                 wait_for_chart(page, f"make demo's {name} page after its first minute",
                                tmp_path / f"nochart-{name}.png")
-            settle(page)  # drawn and still
             check_and_shoot(page, f"make demo's {name} page after its first minute", SHOTS / f"{name}.png", tmp_path)
 
 
