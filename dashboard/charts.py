@@ -66,9 +66,10 @@ def _time_axis(fig: go.Figure, times, title: str = TIME_TITLE, **where) -> go.Fi
     return fig
 
 
-# A series' points a chart draws at most: more than a half-width chart has pixels across. Past it
-# the series is drawn in bins of time (`binned`); a page of charts of thousands of points each was
-# still blank most of the time beside make demo (bench/RESULTS.md#charts).
+# A series' points a chart draws at most: more than a half-width chart has pixels across, and each
+# is sent to the browser and drawn again at every redraw. Past it the series is drawn in bins of
+# time (`binned`): 15 minutes of batches at a 1 s trigger are 900 a query, a day of memory samples
+# 1,440 a process (docs/dashboard.md).
 MAX_POINTS = 300
 BIN_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
