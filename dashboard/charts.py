@@ -84,14 +84,18 @@ def bin_seconds(times, densest: int | None = None, max_points: int = MAX_POINTS)
     return next((s for s in BIN_STEPS_S if span_s / s < max_points), BIN_STEPS_S[-1])
 
 
-def binned(part: pd.DataFrame, how: dict[str, str], seconds: int | None, by: str | None = None) -> pd.DataFrame:
-    """`part` (a `time` column) in bins of `seconds`, per `by` group: each column of `how` summed up
-    its way ("max", "last", "sum", "mean"), `time` the bin's newest. `seconds` None: `part` as it is."""
-    if seconds is None or part.empty:
-        return part
+def binned(part: pd.DataFrame, how: dict[str, str], by: str | None = None) -> tuple[pd.DataFrame, int | None]:
+    """`part` (a `time` column) in bins of time when its densest series (per `by`) holds more than
+    MAX_POINTS, each column of `how` summed up its way ("max", "last", "sum", "mean"), `time` the
+    bin's newest; and the bin's seconds (None: `part` as it is)."""
+    densest = (part[by].value_counts().max() if by else len(part)) if not part.empty else 0
+    seconds = bin_seconds(part["time"], densest)
+    if seconds is None:
+        return part, None
     keys = [part["time"].dt.floor(f"{seconds}s").rename("_bin")] + ([part[by]] if by else [])
-    out = part.groupby(keys, sort=True).agg({"time": "max", **how}).reset_index(drop=True)
-    return out.sort_values(["time", by] if by else "time", kind="stable").reset_index(drop=True)
+    how = {"time": "max", **({by: "first"} if by else {}), **how}
+    out = part.groupby(keys, sort=True).agg(how).reset_index(drop=True)
+    return out.sort_values(["time", by] if by else "time", kind="stable").reset_index(drop=True), seconds
 
 
 def per_bin(seconds: int | None, what: str) -> str:
@@ -419,8 +423,7 @@ def late(series: pd.DataFrame) -> go.Figure:
 def per_query(df: pd.DataFrame, column: str, title: str, y_title: str, height: int = 330,
               mode: str = "lines") -> go.Figure:
     """One line per query; past MAX_POINTS a query's, each point the longest of its bin's batches."""
-    seconds = bin_seconds(df["time"], df["query"].value_counts().max() if not df.empty else 0)
-    df = binned(df, {"query": "first", column: "max"}, seconds, by="query")
+    df, seconds = binned(df, {column: "max"}, by="query")
     title += per_bin(seconds, "the longest")
     fig = go.Figure()
     for i, (query, part) in enumerate(df.groupby("query")):
@@ -435,8 +438,7 @@ def per_query(df: pd.DataFrame, column: str, title: str, y_title: str, height: i
 def state(df: pd.DataFrame) -> go.Figure:
     """State rows and state memory per query, stacked in two panels (past MAX_POINTS a query's, each
     point its bin's newest batch)."""
-    seconds = bin_seconds(df["time"], df["query"].value_counts().max() if not df.empty else 0)
-    df = binned(df, {"query": "first", "state_rows": "last", "state_memory_bytes": "last"}, seconds, by="query")
+    df, seconds = binned(df, {"state_rows": "last", "state_memory_bytes": "last"}, by="query")
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=("state rows", "state memory"))
     for i, (query, part) in enumerate(df.groupby("query")):
@@ -459,9 +461,8 @@ def query_health(part: pd.DataFrame, query: str) -> go.Figure:
     is backpressure: the query falls behind), the watermark's gap to the newest event, state rows
     removed and dropped late, and commit (checkpoint) duration. Past MAX_POINTS batches, in bins of
     time: the rates their mean, the gap and the commit their longest, the rows their sum."""
-    seconds = bin_seconds(part["time"])
-    part = binned(part, {"input_rows_per_s": "mean", "processed_rows_per_s": "mean", "watermark_gap_s": "max",
-                         "state_rows_removed": "sum", "state_rows_dropped_late": "sum", "commit_ms": "max"}, seconds)
+    part, seconds = binned(part, {"input_rows_per_s": "mean", "processed_rows_per_s": "mean", "watermark_gap_s": "max",
+                         "state_rows_removed": "sum", "state_rows_dropped_late": "sum", "commit_ms": "max"})
     has_gap = part["watermark_gap_s"].notna().any()
     fig = make_subplots(rows=2, cols=2, shared_xaxes=True, vertical_spacing=0.16, horizontal_spacing=0.1,
                         subplot_titles=("input vs processed rate",
@@ -524,8 +525,7 @@ def process_memory(df: pd.DataFrame) -> go.Figure:
     """Resident memory of every long-lived process over time, one line each: a colour per role
     (fraud, usage, their standbys, the broker, ...), the Python driver solid, its Spark JVM dashed,
     its Spark Python workers dotted. Past MAX_POINTS samples a process's, each point its bin's newest."""
-    seconds = bin_seconds(df["time"], df["process"].value_counts().max() if not df.empty else 0)
-    df = binned(df, {"process": "first", "rss_mb": "last", "pid": "last"}, seconds, by="process")
+    df, seconds = binned(df, {"rss_mb": "last", "pid": "last"}, by="process")
     fig = go.Figure()
     roles = list(dict.fromkeys(_role(p)[0] for p in sorted(df["process"].unique())))
     for process, part in sorted(df.groupby("process"), key=lambda kv: _role(kv[0])):
@@ -548,8 +548,7 @@ STORAGE_NAMES = {"store": "store (file + WAL)", "checkpoints": "checkpoints (log
 def storage(df: pd.DataFrame) -> go.Figure:
     """Bytes on disk over time: the store, the checkpoint root, the local broker's data (past
     MAX_POINTS samples each, its bin's newest)."""
-    seconds = bin_seconds(df["time"], df["what"].value_counts().max() if not df.empty else 0)
-    df = binned(df, {"what": "first", "mib": "last"}, seconds, by="what")
+    df, seconds = binned(df, {"mib": "last"}, by="what")
     fig = go.Figure()
     for i, (what, part) in enumerate(df.groupby("what", sort=False)):
         name = STORAGE_NAMES.get(what, what)
