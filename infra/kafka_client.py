@@ -165,6 +165,32 @@ def end_offsets(topic: str, s: Settings | None = None, c=None, wait_s: float = 5
             c.close()
 
 
+def read_to_end(topic: str, s: Settings | None = None, timeout_s: float = 60.0, **overrides) -> list:
+    """Every record of `topic` from its start to the end offsets taken as it begins, read_committed
+    unless `overrides` say otherwise (the end is then the last stable offset: all a committed read
+    can reach). Done when each partition is read to its end, not after seconds of silence (which
+    is what a consumer_timeout_ms read waits every time); TimeoutError when not within `timeout_s`."""
+    c = consumer(s, **{"group_id": None, "isolation_level": "read_committed", "max_poll_records": 10_000,
+                       **overrides})
+    try:
+        tps = [TopicPartition(topic, p) for p in partitions(c, topic)]
+        if not tps:
+            return []
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        ends = c.end_offsets(tps)
+        records, deadline = [], time.monotonic() + timeout_s
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() >= deadline:
+                at = {tp.partition: f"{c.position(tp)}/{ends[tp]}" for tp in tps}
+                raise TimeoutError(f"{topic} not read to its end in {timeout_s:.0f} s (partition: at/end {at})")
+            for tp, batch in c.poll(timeout_ms=500).items():
+                records.extend(r for r in batch if r.offset < ends[tp])
+        return records
+    finally:
+        c.close()
+
+
 def answers(s: Settings | None = None, timeout: float = 1.0) -> bool:
     """Whether a bootstrap broker answers a Kafka ApiVersions request right now, over the configured
     protocol (`tls_context`): any one of them, since a cluster with one broker down still serves

@@ -15,7 +15,6 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
-from kafka import TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from infra import broker, kafka_client
@@ -128,7 +127,7 @@ def test_one_broker_of_three_stops_and_starts_while_the_simulator_sends_and_noth
     totals = json.loads(out.strip().splitlines()[-1])
     assert totals["sent"] == COUNT and totals["failed"] == 0 and totals["unacknowledged"] == 0, totals
 
-    records = _read_all(s, tx)
+    records = kafka_client.read_to_end(tx, s, timeout_s=30, isolation_level="read_uncommitted")
     ids = [json.loads(r.value)["txn_id"] for r in records]
     assert len(ids) == COUNT, f"read back {len(ids)} of {COUNT} acknowledged transactions"
     assert len(set(ids)) == COUNT, f"{COUNT - len(set(ids))} transactions were written twice"
@@ -150,23 +149,6 @@ def test_one_broker_of_three_stops_and_starts_while_the_simulator_sends_and_noth
             break
         time.sleep(0.5)
     assert all(len(p["isr_nodes"]) == 3 for p in _describe(s, tx))
-
-
-def _read_all(s, topic: str, timeout_s: float = 30.0) -> list:
-    """Every record of `topic` from the start to its end now."""
-    c = kafka_client.consumer(s, group_id=None, auto_offset_reset="earliest", consumer_timeout_ms=3000)
-    try:
-        tps = [TopicPartition(topic, p) for p in kafka_client.partitions(c, topic)]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        ends = c.end_offsets(tps)
-        records, deadline = [], time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(c.position(tp) < ends[tp] for tp in tps):
-            for batch in c.poll(timeout_ms=1000).values():
-                records.extend(batch)
-        return records
-    finally:
-        c.close()
 
 
 def test_the_broker_down_fault_stops_one_named_node_and_kafka_keeps_answering(cluster, tmp_path):

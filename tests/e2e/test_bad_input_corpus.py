@@ -41,15 +41,6 @@ def send(producer, topic: str, records: list[dict]) -> None:
     producer.flush()
 
 
-def read(topic: str, timeout_ms: int = 3_000) -> list:
-    consumer = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=timeout_ms,
-                                     isolation_level="read_committed", group_id=None)
-    try:
-        return list(consumer)
-    finally:
-        consumer.close()
-
-
 def rows(path, sql):
     db = store.connect(path)
     try:
@@ -99,7 +90,8 @@ def test_the_whole_corpus_is_dead_lettered_and_the_fraud_job_keeps_deciding(kafk
 
         wait_for(lambda: {"good-%d" % i for i in range(20)} <= {r["txn_id"] for r in decided()}, 240,
                  "the good transactions sent after the corpus to be decided")
-        letters = wait_for(lambda: (lambda got: got if len(got) >= len(sent) else None)(read(dlq)), 180,
+        letters = wait_for(lambda: (lambda got: got if len(got) >= len(sent) else None)(kafka_client.read_to_end(dlq)),
+                           180,
                            "every malformed message in the dead-letter topic")
         assert job.proc.poll() is None, "the job stopped:\n" + "\n".join(job.lines[-40:])
     finally:

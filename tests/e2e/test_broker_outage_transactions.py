@@ -52,12 +52,7 @@ def batch(batch_id: int, n: int = 3) -> list[tuple[bytes, bytes]]:
 
 
 def read_committed(s, topic: str) -> list[dict]:
-    c = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=3_000,
-                              isolation_level="read_committed", group_id=None)
-    try:
-        return [json.loads(r.value) for r in c]
-    finally:
-        c.close()
+    return [json.loads(r.value) for r in kafka_client.read_to_end(topic, s)]
 
 
 def log_ends(s, topic: str) -> tuple[dict, dict]:

@@ -40,13 +40,8 @@ def produce(bootstrap, topic, records):
     producer.close()
 
 
-def consume(bootstrap, topic, timeout_ms=4_000):
-    consumer = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=timeout_ms,
-                                     isolation_level="read_committed", group_id=None)
-    try:
-        return [json.loads(m.value) for m in consumer]
-    finally:
-        consumer.close()
+def consume(bootstrap, topic):
+    return [json.loads(m.value) for m in kafka_client.read_to_end(topic)]
 
 
 class Job:

@@ -21,12 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def read(topic: str) -> list[dict]:
-    consumer = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=5_000,
-                                     isolation_level="read_committed", group_id=None, max_poll_records=20_000)
-    try:
-        return [json.loads(m.value) for m in consumer]
-    finally:
-        consumer.close()
+    return [json.loads(m.value) for m in kafka_client.read_to_end(topic)]
 
 
 def job(tmp_path: Path, topic, tx: str, labels: str, name: str):

@@ -96,10 +96,8 @@ class Producer:
 
 
 def distinct_in_topic(topic: str) -> int:
-    consumer = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=3000)
-    ids = {json.loads(m.value)["txn_id"] for m in consumer}
-    consumer.close()
-    return len(ids)
+    return len({json.loads(m.value)["txn_id"]
+                for m in kafka_client.read_to_end(topic, isolation_level="read_uncommitted")})
 
 
 class Supervised:

@@ -32,20 +32,15 @@ def decision(txn: str, produced_at: int) -> bytes:
 def appended(s, topic: str) -> dict[str, int]:
     """{txn_id: the broker's append time} of a topic's first record per txn_id, read back plainly
     (read_committed); AssertionError on a record not stamped by the broker."""
-    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=3_000,
-                                     isolation_level="read_committed")
-    try:
-        out: dict[str, int] = {}
-        for m in consumer:
-            assert m.timestamp_type == 1, f"{topic} is not stamped with the broker's append time"
-            try:
-                txn = json.loads(m.value)["txn_id"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            out.setdefault(txn, m.timestamp)
-        return out
-    finally:
-        consumer.close()
+    out: dict[str, int] = {}
+    for m in kafka_client.read_to_end(topic, s):
+        assert m.timestamp_type == 1, f"{topic} is not stamped with the broker's append time"
+        try:
+            txn = json.loads(m.value)["txn_id"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        out.setdefault(txn, m.timestamp)
+    return out
 
 
 def latencies(s, transactions: str, decisions: str) -> dict[str, int]:

@@ -71,3 +71,31 @@ def test_streaming_query_lands_kafka_json_in_the_store(kafka, spark, topic, stor
     assert len(bad) == 2 and "missing field card_id" in bad
     [stale_reason] = [r for r in bad if r != "missing field card_id"]
     assert "event_time" in stale_reason and "past" in stale_reason, stale_reason
+
+
+def test_read_to_end_stops_at_the_end_it_took_and_at_an_open_transaction(topic, settings):
+    """kafka_client.read_to_end, which every test reading a topic back uses: committed records past
+    their commit markers, not an open transaction's (read_committed stops at the last stable offset
+    instead of waiting for it), and not what comes after its end offsets were taken."""
+    t = topic("read-to-end", partitions=2)
+    committed = kafka_client.producer(settings, transactional_id=f"{t}-a", enable_idempotence=True)
+    committed.init_transactions()
+    committed.begin_transaction()
+    for i in range(30):
+        committed.send(t, f"c-{i}".encode(), partition=i % 2)
+    committed.commit_transaction()
+    committed.close()
+    open_txn = kafka_client.producer(settings, transactional_id=f"{t}-b", enable_idempotence=True)
+    open_txn.init_transactions()
+    open_txn.begin_transaction()
+    open_txn.send(t, b"open", partition=0)
+    open_txn.flush()
+    try:
+        got = kafka_client.read_to_end(t, settings, timeout_s=30)
+        assert sorted(r.value for r in got) == sorted(f"c-{i}".encode() for i in range(30))
+        everything = kafka_client.read_to_end(t, settings, timeout_s=30, isolation_level="read_uncommitted")
+        assert b"open" in {r.value for r in everything} and len(everything) == 31
+    finally:
+        open_txn.abort_transaction()
+        open_txn.close()
+    assert len(kafka_client.read_to_end(t, settings, timeout_s=30)) == 30   # the aborted one never shows

@@ -17,12 +17,7 @@ from pipelines.fraud.sinks import Fenced, TransactionalTopic
 
 
 def read_committed(topic: str) -> list[dict]:
-    c = kafka_client.consumer(None, topic, auto_offset_reset="earliest", consumer_timeout_ms=3_000,
-                              isolation_level="read_committed", group_id=None)
-    try:
-        return [json.loads(r.value) for r in c]
-    finally:
-        c.close()
+    return [json.loads(r.value) for r in kafka_client.read_to_end(topic)]
 
 
 def records(batch: int, n: int = 3) -> list[tuple[bytes, bytes]]:
