@@ -140,7 +140,9 @@ def broker_badge() -> None:
 
 
 @st.cache_data(ttl=3, show_spinner=False)
-def end_offsets(bootstrap: str, topics: tuple[str, ...]) -> dict:
+def end_offsets(bootstrap: str, topics: tuple[str, ...], after_ts: int = 0) -> dict:
+    """Kafka's end offsets, read after the newest batch `after_ts` names (a newer batch misses the
+    cache): ends cached from before a batch committed would be behind that batch's own offsets."""
     return kafka.end_offsets(settings(), list(topics))
 
 

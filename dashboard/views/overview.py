@@ -229,7 +229,8 @@ def draw_lag(db, s):
                                     "last_batch": st.column_config.NumberColumn("last batch", format="%d")})
         return
     try:
-        ends = ui.end_offsets(s.kafka_bootstrap, tuple(data.lag_topics(last)))
+        ends = ui.end_offsets(s.kafka_bootstrap, tuple(data.lag_topics(last)),
+                              after_ts=max(b["ts"] for b in last.values()))
     except kafka.BrokerDown as exc:
         st.warning(f"Kafka {exc}: the lag is unknown.", icon=":material/cloud_off:")
         return
