@@ -51,11 +51,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 from bench.common import delete_topics, own_broker
+from bench.harness import dashboard
 from bench.harness.dashboard import CHROMIUM, CHROMIUM_ARGS
 from controlplane import commands
 from controlplane.clock import now_ms
@@ -210,19 +210,6 @@ def stop(proc: subprocess.Popen | None, timeout: float) -> None:
         proc.wait()
 
 
-def wait_for_health(base: str, proc: subprocess.Popen, timeout: float = 90) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.5)
-    return False
-
-
 class Viewer(threading.Thread):
     """A user with the Overview open: once the jobs run (`go` set), every `every` s a headless
     Chromium loads the page, waits for it to be drawn (its title, then its charts, which need
@@ -315,15 +302,11 @@ def start_dashboard(args, s, env: dict, work: Path) -> tuple[subprocess.Popen | 
     process, the viewer, what the JSON says of them)."""
     if not args.dashboard:
         return None, None, {"running": False, "why": "--no-dashboard"}
-    base = f"http://127.0.0.1:{s.dashboard_port}"
-    with open(work / "dashboard.log", "ab") as out:
-        dash = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "dashboard/app.py",
-                                 "--server.address", "127.0.0.1", "--server.port", str(s.dashboard_port),
-                                 "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    if not wait_for_health(base, dash):
-        stop(dash, 20)
-        raise SystemExit(f"bench soak: the dashboard did not start on {base}; see {work / 'dashboard.log'}")
+    try:
+        dash, base = dashboard.start(env, work / "dashboard.log", port=s.dashboard_port, unset=("DASHBOARD_TOKEN",),
+                                     start_timeout_s=90)
+    except RuntimeError as exc:
+        raise SystemExit(f"bench soak: {exc}") from None
     viewer = None
     if CHROMIUM.exists():
         viewer = Viewer(base, args.browse_every_s, args.browse_for_s)
