@@ -90,9 +90,8 @@ def test_the_whole_corpus_is_dead_lettered_and_the_fraud_job_keeps_deciding(kafk
 
         wait_for(lambda: {"good-%d" % i for i in range(20)} <= {r["txn_id"] for r in decided()}, 240,
                  "the good transactions sent after the corpus to be decided")
-        letters = wait_for(lambda: (lambda got: got if len(got) >= len(sent) else None)(kafka_client.read_to_end(dlq)),
-                           180,
-                           "every malformed message in the dead-letter topic")
+        letters = wait_for(lambda: (lambda got: got if len(got) >= len(sent) else None)(
+                               kafka_client.read_to_end(dlq)), 180, "every malformed message in the dead-letter topic")
         assert job.proc.poll() is None, "the job stopped:\n" + "\n".join(job.lines[-40:])
     finally:
         producer.close()

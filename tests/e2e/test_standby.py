@@ -57,8 +57,8 @@ def demo(kafka, topic, tmp_path_factory):
            "CHECKPOINT_ROOT": str(work / "cp"), "CARDSTREAM_RUN_DIR": os.environ["CARDSTREAM_RUN_DIR"],
            "TOPIC_TRANSACTIONS": names["tx"], "TOPIC_LABELS": names["labels"], "TOPIC_DECISIONS": names["dec"],
            "TOPIC_DLQ": names["dlq"], "TOPIC_MARKERS": names["marks"], "TOPIC_DECISIONS_RT": names["rt"],
-           "RESTART_DELAY_SECONDS": "1", "TRIGGER_SECONDS": "0.5",
-           "SPARK_UI": "1"}  # make demo's default, whatever the shell running the tests has: the walk reads the UI links
+           # SPARK_UI: make demo's default whatever the shell has, for the walk reads the UI links
+           "RESTART_DELAY_SECONDS": "1", "TRIGGER_SECONDS": "0.5", "SPARK_UI": "1"}
     db = connect(work / "s.db")
     started_ms = now_ms()  # make demo's start: its first minute is counted from here
     with open(work / "supervisor.log", "ab") as out:
