@@ -462,7 +462,7 @@ def query_health(part: pd.DataFrame, query: str) -> go.Figure:
     removed and dropped late, and commit (checkpoint) duration. Past MAX_POINTS batches, in bins of
     time: the rates their mean, the gap and the commit their longest, the rows their sum."""
     part, seconds = binned(part, {"input_rows_per_s": "mean", "processed_rows_per_s": "mean", "watermark_gap_s": "max",
-                         "state_rows_removed": "sum", "state_rows_dropped_late": "sum", "commit_ms": "max"})
+                                  "state_rows_removed": "sum", "state_rows_dropped_late": "sum", "commit_ms": "max"})
     has_gap = part["watermark_gap_s"].notna().any()
     fig = make_subplots(rows=2, cols=2, shared_xaxes=True, vertical_spacing=0.16, horizontal_spacing=0.1,
                         subplot_titles=("input vs processed rate",
