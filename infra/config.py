@@ -92,6 +92,8 @@ class Settings:
     # Spark
     spark_master: str
     shuffle_partitions: int
+    spark_driver_memory: str  # each Spark session's driver heap (Spark's notation: "2g")
+    spark_log_level: str      # the level Spark's own log4j logs at in every Spark process
     trigger_seconds: float
     usage_trigger_seconds: float
     dlq_trigger_seconds: float
@@ -309,6 +311,8 @@ def load(env: dict | None = None) -> Settings:
         topic_retention_hours=_float(env, "TOPIC_RETENTION_HOURS", 168.0),
         spark_master=env.get("SPARK_MASTER") or (f"spark://127.0.0.1:{spark_master_port}" if cluster else "local[*]"),
         shuffle_partitions=_int(env, "SPARK_SHUFFLE_PARTITIONS", 2),
+        spark_driver_memory=env.get("SPARK_DRIVER_MEMORY") or "2g",
+        spark_log_level=env.get("SPARK_LOG_LEVEL") or "ERROR",
         trigger_seconds=_float(env, "TRIGGER_SECONDS", 1.0),
         usage_trigger_seconds=_float(env, "USAGE_TRIGGER_SECONDS", 5.0),
         dlq_trigger_seconds=_float(env, "DLQ_TRIGGER_SECONDS", 5.0),

@@ -18,6 +18,12 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.harness.environment import own_settings  # noqa: E402
+
+# the suite's settings are its own: a CardStream variable the shell exported is removed (and named
+# in pytest's header), all but where things are and the ports (tests/harness/environment.py)
+FROM_SHELL = own_settings(os.environ)
 os.environ.setdefault("CARDSTREAM_RUN_DIR", str(ROOT / ".run" / "test"))
 os.environ.setdefault("KAFKA_PORT", "19092")
 os.environ.setdefault("KAFKA_CONTROLLER_PORT", "19093")
@@ -53,7 +59,6 @@ if LANE:
     os.environ["CARDSTREAM_RUN_DIR"] = str(Path(os.environ["CARDSTREAM_RUN_DIR"]) / f"lane-{LANE}")
     for name in ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT"):
         os.environ[name] = str(int(os.environ[name]) + 10 * LANE)
-sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 
@@ -63,12 +68,19 @@ from infra.topics import ensure_topics  # noqa: E402
 from pipelines.engine.session import get_spark  # noqa: E402
 
 
+def pytest_report_header(config):
+    if FROM_SHELL:
+        return f"exported in the shell, not used by the tests: {', '.join(FROM_SHELL)}"
+    return None
+
+
 TIERS = ("unit", "spark", "kafka", "e2e", "cluster", "browser")
 HEAVY_FIXTURES = {"kafka": "the Kafka broker", "spark": "a SparkSession", "topic": "the Kafka broker"}
 
 
 def _tier(item) -> str:
-    parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+    path = Path(str(item.fspath))
+    parts = path.relative_to(ROOT / "tests").parts if path.is_relative_to(ROOT / "tests") else ()
     return parts[0] if parts and parts[0] in TIERS else "e2e"
 
 

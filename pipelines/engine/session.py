@@ -87,7 +87,7 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         # Py4J calls and a stack walk each, thousands as a job plans its queries. Off: a fraud
         # job's start 1.2 s and 1.9 CPU-s shorter (bench/RESULTS.md#jvm-start); errors keep their JVM trace
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", s.spark_driver_memory)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.warehouse.dir", str(s.run_dir / "spark-warehouse"))
@@ -105,7 +105,7 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     for key, value in extra_conf.items():
         builder = builder.config(key.replace("_", "."), value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(s.spark_log_level)
     return spark
 
 
