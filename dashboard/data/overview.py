@@ -131,6 +131,14 @@ def rt_start(db) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+def rt_running(db) -> bool:
+    """Whether the fraud job's current instance (the lease's epoch) started the real-time query:
+    the job runs that path now, not in a run before this one."""
+    lease = _lease(db, "fraud")
+    row = db.conn.execute("SELECT epoch FROM fraud_rt_runs ORDER BY started_at DESC, id DESC LIMIT 1").fetchone()
+    return lease is not None and row is not None and row[0] == lease["epoch"]
+
+
 # --- the timeline: every command with its outcome and recovery ---------------------------------
 
 def timeline(db, start_ms: int, end_ms: int | None = None, limit: int = 200) -> pd.DataFrame:

@@ -51,13 +51,21 @@ def draw(db, s):
     now = now_ms()
     say_what_is_starting(db, now)
     start = data.warmup(db)
-    lat = read_latencies(s, s.topics.decisions, start["batch_started"] if start else None)
+    stateful = read_latencies(s, s.topics.decisions, start["batch_started"] if start else None)
+    rt_started = data.rt_start(db)
+    rt = read_latencies(s, s.topics.decisions_rt, rt_started) if rt_started is not None else None
+    # the tiles and the timeline: the real-time path's decisions while the job runs it (the decision a
+    # payment waits for, the 20 ms goal's), else the stateful path's
+    live_rt = rt is not None and rt.why is None and data.rt_running(db)
+    lat = rt if live_rt else stateful
     summary = data.latency_summary(lat.steady if lat.why is None else pd.DataFrame(columns=data.LATENCY_COLUMNS))
     cols = st.columns(6)
     draw_rate_tiles(cols[:3], data.rates(db, s.topics.transactions, now))
     draw_latency_tiles(cols[3:], summary, lat)
-    say_latency_rule(start, lat, summary)
-    draw_latency_charts(db, s, lat, start, summary, now)
+    say_latency_rule(None if live_rt else start, lat, summary, rt_started if live_rt else None)
+    if live_rt:
+        say_stateful_beside(stateful)
+    draw_latency_charts(db, s, lat, None if live_rt else start, now, stateful, rt, rt_started)
     st.subheader("Jobs")
     draw_jobs(db, s, now)
     say_what_was_not_kept(db)
@@ -86,7 +94,7 @@ def draw_rate_tiles(cols, r: dict) -> None:
 
 
 def draw_latency_tiles(cols, summary: dict, lat: Latencies) -> None:
-    """p50, p95, p99 of the stateful path's latency after the warm-up, each against the goal."""
+    """p50, p95, p99 of one path's latency after its warm-up, each against the goal."""
     for col, name in zip(cols, ("p50", "p95", "p99")):
         value = summary[name]
         if value is not None:
@@ -103,15 +111,19 @@ def draw_latency_tiles(cols, summary: dict, lat: Latencies) -> None:
                    delta_arrow="off", border=True, help=why)
 
 
-def say_latency_rule(start: dict | None, lat: Latencies, summary: dict) -> None:
-    """What the latency figures are, the warm-up they leave out and what could not be matched."""
+def say_latency_rule(start: dict | None, lat: Latencies, summary: dict, rt_started: int | None = None) -> None:
+    """What the latency figures are, the warm-up they leave out and what could not be matched
+    (`rt_started`: they are the real-time path's, whose query started then)."""
     if lat.why:
         st.warning(f"Decision latency unknown: {lat.why}.", icon=":material/cloud_off:")
         return
     if not lat.warm.empty:
-        st.caption(text.warmup(start, len(lat.warm)))
+        st.caption(text.warmup(start, len(lat.warm)) if rt_started is None else
+                   f"Warm-up left out: {fmt.count(len(lat.warm))} decisions of transactions in Kafka before the "
+                   f"real-time query started ({fmt.clock(rt_started)}): they waited for its start.")
     if summary["n"]:
-        st.caption(f"Latency over the newest {fmt.count(summary['n'])} decisions after the warm-up, read from "
+        path = "the real-time path's" if rt_started is not None else "the stateful path's"
+        st.caption(f"Latency of {path} newest {fmt.count(summary['n'])} decisions after the warm-up, read from "
                    f"`{lat.topic}`: {fmt.percent(summary['within_goal'])} decided within {GOAL} ms. "
                    f"Latency is {MEASURE}.")
     if lat.unmatched:
@@ -120,8 +132,19 @@ def say_latency_rule(start: dict | None, lat: Latencies, summary: dict) -> None:
                    "production).")
 
 
-def draw_latency_charts(db, s, lat: Latencies, start: dict | None, summary: dict, now: int) -> None:
-    """The latency and command timeline beside the two paths' histograms."""
+def say_stateful_beside(stateful: Latencies) -> None:
+    """The stateful path's figures in a sentence, when the tiles are the real-time path's."""
+    if stateful.why or stateful.steady.empty:
+        return
+    st.caption(f"The stateful path beside it (`{stateful.topic}`, exactly once, every transaction, in batches): "
+               f"p50 {fmt.duration_ms(float(stateful.steady['latency_ms'].quantile(0.5)))}, "
+               f"p99 {fmt.duration_ms(float(stateful.steady['latency_ms'].quantile(0.99)))} over its newest "
+               f"{fmt.count(len(stateful.steady))} decisions.")
+
+
+def draw_latency_charts(db, s, lat: Latencies, start: dict | None, now: int, stateful: Latencies,
+                        rt: Latencies | None, rt_started: int | None) -> None:
+    """The latency and command timeline (of `lat`, the tiles' path) beside the two paths' histograms."""
     if lat.why:
         return
     every = lat.every
@@ -142,22 +165,20 @@ def draw_latency_charts(db, s, lat: Latencies, start: dict | None, summary: dict
                      "grey waiting); a fault the supervisor measured has a bar from the kill to the first "
                      "new batch with rows, labelled with its recovery time and how (standby or restart).")
     with right:
-        if summary["n"]:
-            ui.chart(charts.latency_histogram(lat.steady, GOAL, "stateful"), "overview.stateful")
-            st.caption(f"Stateful path: the fraud job's decisions in `{lat.topic}` (Kafka, exactly once).")
-        else:
+        if stateful.why is None and not stateful.steady.empty:
+            ui.chart(charts.latency_histogram(stateful.steady, GOAL, "stateful"), "overview.stateful")
+            st.caption(f"Stateful path: the fraud job's decisions in `{stateful.topic}` (Kafka, exactly once).")
+        elif stateful.why is None:
             ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
-        draw_rt_histogram(db, s)
+        draw_rt_histogram(rt, rt_started)
 
 
-def draw_rt_histogram(db, s):
+def draw_rt_histogram(rt: Latencies | None, started: int | None):
     """The real-time path's latency (decisions-rt, in Kafka only), when the job has run that path."""
-    started = data.rt_start(db)
-    if started is None:
+    if rt is None:
         st.caption("Real-time path: none — the fraud job has not run in real-time mode (FRAUD_MODE=realtime), "
                    "so there is no `decisions-rt` latency to show.")
         return
-    rt = read_latencies(s, s.topics.decisions_rt, started)
     if rt.why:
         st.caption(f"Real-time path: unknown — {rt.why}, and its decisions live only in `{rt.topic}`.")
         return

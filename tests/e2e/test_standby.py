@@ -1,6 +1,6 @@
 """make demo's stack on real Kafka and Spark, shared by this module's tests in order: the supervisor
-with both jobs, a warm standby each and the simulator (the Procfile's command, on the test broker
-and fresh topics, at 40 transactions/s).
+with both jobs (the fraud job's two paths), a warm standby each and the simulator (the Procfile's
+command, on the test broker and fresh topics, at 40 transactions/s).
 
 First, after its first minute (60 s after the stack's start, as a user with a browser open from
 `make demo` on sees it; at its first decision if that comes later), every dashboard page in Chromium
@@ -57,8 +57,9 @@ def demo(kafka, topic, tmp_path_factory):
            "CHECKPOINT_ROOT": str(work / "cp"), "CARDSTREAM_RUN_DIR": os.environ["CARDSTREAM_RUN_DIR"],
            "TOPIC_TRANSACTIONS": names["tx"], "TOPIC_LABELS": names["labels"], "TOPIC_DECISIONS": names["dec"],
            "TOPIC_DLQ": names["dlq"], "TOPIC_MARKERS": names["marks"], "TOPIC_DECISIONS_RT": names["rt"],
-           # SPARK_UI: make demo's default whatever the shell has, for the walk reads the UI links
-           "RESTART_DELAY_SECONDS": "1", "TRIGGER_SECONDS": "0.5", "SPARK_UI": "1"}
+           # SPARK_UI: make demo's default whatever the shell has, for the walk reads the UI links;
+           # FRAUD_MODE: the Procfile's (both fraud paths)
+           "RESTART_DELAY_SECONDS": "1", "TRIGGER_SECONDS": "0.5", "SPARK_UI": "1", "FRAUD_MODE": "realtime"}
     db = connect(work / "s.db")
     started_ms = now_ms()  # make demo's start: its first minute is counted from here
     with open(work / "supervisor.log", "ab") as out:

@@ -7,7 +7,8 @@ import pytest
 
 from dashboard.data import overview as data
 from infra.contracts import GUARANTEES
-from tests.harness.dashboard_seed import NOW, RATE, world  # noqa: F401 - a fixture
+from controlplane import fencing
+from tests.harness.dashboard_seed import NOW, RATE, seed_realtime, world  # noqa: F401 - a fixture
 
 
 def seeded_pairs(db, limit: int = data.RECENT_DECISIONS) -> list[tuple[int, int]]:
@@ -78,6 +79,17 @@ def test_empty_store(store):
     assert data.rates(store, "transactions", NOW)["fraud_rate"] is None and data.rates(store, "transactions", NOW)["transactions_per_s"] is None
     assert data.latency_series(data.latency_frame(seeded_pairs(store))).empty
     assert data.job_status(store, NOW).empty and data.last_batch_offsets(store) == {}
+
+
+def test_the_real_time_path_runs_now_only_when_the_lease_holder_started_it(store):
+    """The Overview's tiles are the real-time path's while the fraud job's current instance runs it."""
+    assert not data.rt_running(store)
+    epoch = fencing.take_lease(store, "fraud")
+    assert not data.rt_running(store)  # a micro-batch instance
+    seed_realtime(store, NOW - 60_000, epoch=epoch)
+    assert data.rt_running(store)
+    fencing.take_lease(store, "fraud")  # another instance took over and has not started the path
+    assert not data.rt_running(store) and data.rt_start(store) == NOW - 60_000
 
 
 def test_a_job_without_a_ready_standby_is_said():
