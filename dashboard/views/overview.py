@@ -65,7 +65,8 @@ def draw(db, s):
     say_latency_rule(None if live_rt else start, lat, summary, rt_started if live_rt else None)
     if live_rt:
         say_stateful_beside(stateful)
-    draw_latency_charts(db, s, lat, None if live_rt else start, now, stateful, rt, rt_started)
+    cut = rt_started if live_rt else (start["batch_started"] if start else None)
+    draw_latency_charts(db, lat, cut, now, stateful, rt, rt_started)
     st.subheader("Jobs")
     draw_jobs(db, s, now)
     say_what_was_not_kept(db)
@@ -126,10 +127,14 @@ def say_latency_rule(start: dict | None, lat: Latencies, summary: dict, rt_start
         st.caption(f"Latency of {path} newest {fmt.count(summary['n'])} decisions after the warm-up, read from "
                    f"`{lat.topic}`: {fmt.percent(summary['within_goal'])} decided within {GOAL} ms. "
                    f"Latency is {MEASURE}.")
+    say_unmatched(lat)
+
+
+def say_unmatched(lat: Latencies) -> None:
     if lat.unmatched:
-        st.caption(f"{fmt.count(lat.unmatched)} of the newest decisions are left out: their transaction was not "
-                   "found in the part of the transactions topic read (from shortly before the oldest decision's "
-                   "production).")
+        st.caption(f"{fmt.count(lat.unmatched)} of the newest decisions of `{lat.topic}` are left out: their "
+                   "transaction was not found in the part of the transactions topic read (from shortly before the "
+                   "oldest decision's production).")
 
 
 def say_stateful_beside(stateful: Latencies) -> None:
@@ -140,20 +145,23 @@ def say_stateful_beside(stateful: Latencies) -> None:
                f"p50 {fmt.duration_ms(float(stateful.steady['latency_ms'].quantile(0.5)))}, "
                f"p99 {fmt.duration_ms(float(stateful.steady['latency_ms'].quantile(0.99)))} over its newest "
                f"{fmt.count(len(stateful.steady))} decisions.")
+    say_unmatched(stateful)
 
 
-def draw_latency_charts(db, s, lat: Latencies, start: dict | None, now: int, stateful: Latencies,
+def draw_latency_charts(db, lat: Latencies, cut: int | None, now: int, stateful: Latencies,
                         rt: Latencies | None, rt_started: int | None) -> None:
-    """The latency and command timeline (of `lat`, the tiles' path) beside the two paths' histograms."""
+    """The latency and command timeline (of `lat`, the tiles' path, its warm-up shaded from `cut`)
+    beside the two paths' histograms."""
     if lat.why:
         return
     every = lat.every
     if every.empty:
         ui.no_data(f"no decision in `{lat.topic}` (Kafka) yet — start the simulator and the fraud job.")
         return
-    # the warm-up on the time axis: from the first batch's start to the last decision that waited for it
-    shade = ({"start": to_time(pd.Series([start["batch_started"]])).iloc[0],
-              "end": to_time(lat.warm["dec_appended"]).max()} if not lat.warm.empty else None)
+    # the warm-up on the time axis: from the start (the first batch's, or the real-time query's) to the
+    # last decision that waited for it
+    shade = ({"start": to_time(pd.Series([cut])).iloc[0], "end": to_time(lat.warm["dec_appended"]).max()}
+             if cut is not None and not lat.warm.empty else None)
     commands = data.timeline(db, int(every["dec_appended"].min()) - 60_000, now)
     left, right = st.columns([7, 3])
     ui.chart(charts.overview_timeline(data.latency_series(every), GOAL, commands, shade), "overview.timeline", left)
@@ -168,8 +176,10 @@ def draw_latency_charts(db, s, lat: Latencies, start: dict | None, now: int, sta
         if stateful.why is None and not stateful.steady.empty:
             ui.chart(charts.latency_histogram(stateful.steady, GOAL, "stateful"), "overview.stateful")
             st.caption(f"Stateful path: the fraud job's decisions in `{stateful.topic}` (Kafka, exactly once).")
-        elif stateful.why is None:
+        elif stateful.why is None and not stateful.warm.empty:
             ui.no_data("the histogram leaves out the warm-up, and every recent decision belongs to it.")
+        elif stateful.why is None:
+            ui.no_data(f"no decision in `{stateful.topic}` (Kafka) yet.")
         draw_rt_histogram(rt, rt_started)
 
 
