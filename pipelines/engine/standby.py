@@ -65,18 +65,30 @@ def may_come_back(by: int) -> bool:
 
 
 def step_back(by: int) -> int:
-    """A standby's start: this thread (and so the Spark JVM and workers it starts after) `by` nicer,
-    so its JVM start, warm-up and rehearsal take the CPU only when the active jobs leave it (on two
-    cores, right after the standbys started, the demo's first minute went 10 s without a decision);
-    `come_forward` undoes it at a takeover.
-    Only when it can be undone (root, or RLIMIT_NICE allows it): else the standby runs as it is.
-    Returns the niceness taken."""
+    """A standby's start: `by` nicer, so its JVM start, warm-up and rehearsal take the CPU only when
+    the active jobs leave it (on two cores, right after the standbys started, the demo's first
+    minute went 10 s without a decision); `come_forward` undoes it at a takeover. Two levers:
+    - its session's scheduling group (`own_group`): with Linux's autogroups on, as on most
+      distributions, the CPU is shared between sessions first, and the supervisor starts each
+      process in a session of its own, so a thread's niceness weighs only against the threads of
+      its own session: alone, a niced standby took as much CPU as an active job (2026-11-30).
+      A group's niceness goes back up to 0 without a privilege.
+    - this thread's niceness (and so that of the Spark JVM and workers it starts after): what
+      counts when autogroups are off; only when it can be undone (root, or RLIMIT_NICE allows it).
+    Returns the niceness taken (0: neither could be)."""
     if by <= 0 or not hasattr(os, "setpriority"):
         return 0
+    taken = 0
+    group = own_group_nice()
+    if group is not None and group < 19 and set_group_nice(min(19, group + by)):
+        _STEPPED_BACK.update(group=group)
+        log.info("standby: its session's scheduling group at niceness %d until it takes over", min(19, group + by))
+        taken = by
     if not may_come_back(by):
-        log.warning("the standby runs at its priority: lowering it by %d could not be undone at a takeover "
-                    "(no CAP_SYS_NICE, RLIMIT_NICE too low)", by)
-        return 0
+        if not taken:
+            log.warning("the standby runs at its priority: lowering it by %d could not be undone at a takeover "
+                        "(no CAP_SYS_NICE, RLIMIT_NICE too low, and no scheduling group of its own)", by)
+        return taken
     base = os.getpriority(os.PRIO_PROCESS, 0)
     for tid in threads(os.getpid()):  # the threads imports started (a BLAS pool) too
         try:
@@ -86,6 +98,45 @@ def step_back(by: int) -> int:
     _STEPPED_BACK.update(by=by, base=base)
     log.info("standby: niceness %d until it takes over", min(19, base + by))
     return by
+
+
+AUTOGROUP = "/proc/self/autogroup"
+AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def own_group_nice() -> int | None:
+    """The niceness of this process's scheduling group (its session's autogroup), or None when the
+    kernel shares the CPU by thread (autogroups off or absent) or the session is not this
+    process's own (started from a shell: the group would be the shell's, an active job's too)."""
+    try:
+        with open(AUTOGROUP_ENABLED) as f:
+            if f.read().strip() != "1":
+                return None
+        if os.getsid(0) != os.getpid():
+            return None
+        with open(AUTOGROUP) as f:  # "/autogroup-1677 nice 0"
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def set_group_nice(nice: int, tries: int = 20) -> bool:
+    """Set this session's autogroup niceness; the kernel takes one change per 0.1 s from a process
+    without CAP_SYS_ADMIN (EAGAIN), so a refused write is tried again. False when it cannot be."""
+    for _ in range(tries):
+        try:
+            fd = os.open(AUTOGROUP, os.O_WRONLY)
+            try:
+                os.write(fd, str(nice).encode())
+            finally:
+                os.close(fd)
+            return True
+        except BlockingIOError:
+            time.sleep(0.11)
+        except OSError as exc:
+            log.warning("could not set the session's scheduling group's niceness to %d: %s", nice, exc)
+            return False
+    return False
 
 
 def process_tree(root: int) -> list[int]:
@@ -117,8 +168,16 @@ def threads(pid: int) -> list[int]:
 
 
 def come_forward() -> int:
-    """At a takeover: every thread of the standby's process tree back by the niceness `step_back`
-    took (never below what it had), twice, for threads started meanwhile. Returns the threads moved."""
+    """At a takeover: the session's scheduling group back to its niceness, then every thread of the
+    standby's process tree back by the niceness `step_back` took (never below what it had), twice,
+    for threads started meanwhile. Returns the threads moved."""
+    group = _STEPPED_BACK.pop("group", None)
+    if group is not None:
+        if set_group_nice(group):
+            log.warning("took over: the session's scheduling group back to niceness %d", group)
+        else:
+            log.error("took over, but the session's scheduling group stays niced: it could not be set back to %d",
+                      group)
     by, base = _STEPPED_BACK["by"], _STEPPED_BACK["base"]
     if by <= 0:
         return 0

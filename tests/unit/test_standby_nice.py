@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from pipelines.engine.standby import may_come_back, threads
+from pipelines.engine.standby import AUTOGROUP_ENABLED, may_come_back, threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,6 +59,62 @@ def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
     if not allowed:
         print(f"LOUD: this user may not raise a priority again: the standby here runs at {base}, as it should, "
               "and the niced path was not exercised", file=sys.stderr)
+
+
+def group_nice(pid: int | str) -> int:
+    """The niceness of the scheduling group (autogroup) of process `pid`."""
+    return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+
+
+def autogroups_on() -> bool:
+    try:
+        return Path(AUTOGROUP_ENABLED).read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def test_a_standby_in_a_session_of_its_own_nices_its_scheduling_group_until_it_is_promoted():
+    """As the supervisor starts it (a session of its own): with autogroups on, a thread's niceness
+    weighs only within its session, so the standby's group is what must step back, and come back."""
+    if not autogroups_on():
+        print("LOUD: this kernel shares the CPU by thread (no autogroups): the group's niceness is not "
+              "used here and this test checks only that it was left alone", file=sys.stderr)
+    mine = group_nice("self")
+    proc = subprocess.Popen([sys.executable, "-c", STANDBY], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    child = None
+    try:
+        child = int(proc.stdout.readline())
+        standing_by = group_nice(proc.pid)
+        assert group_nice(child) == standing_by  # its child is in the same group
+        assert standing_by == (min(19, mine + 5) if autogroups_on() else mine)
+        assert group_nice("self") == mine  # the test's own session is not touched
+        os.kill(proc.pid, signal.SIGUSR1)
+        assert proc.stdout.readline().strip() == "promoted"
+        assert group_nice(proc.pid) == mine
+    finally:
+        proc.kill()
+        proc.wait()
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_standby_started_from_a_shell_leaves_the_shells_scheduling_group_alone():
+    """Not its session's leader (run from a terminal, beside an active job of the same session):
+    niceing the group would nice the active too, so only its threads step back."""
+    mine = group_nice("self")
+    out = subprocess.run([sys.executable, "-c", "from pipelines.engine import standby\n"
+                          "print(standby.own_group_nice(), standby.step_back(5))"],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    group, taken = out.stdout.split()
+    assert group == "None"
+    assert int(taken) == (5 if may_come_back(5) else 0)
+    assert group_nice("self") == mine
 
 
 WORKER_PARENT = textwrap.dedent("""
