@@ -72,6 +72,23 @@ def _settled(s, topic: str, timeout_s: float = 30.0) -> list[dict]:
         time.sleep(0.3)
 
 
+def _topic_config(s, topic: str, key: str, timeout_s: float = 15.0) -> str | None:
+    """A topic's config value as a broker describes it; asked again while the broker asked does not
+    know the topic yet (each broker applies the cluster's metadata on its own: a topic just created
+    can be described by one and be unknown to another, an answer without its configs)."""
+    deadline = time.monotonic() + timeout_s
+    admin = kafka_client.admin(s)
+    try:
+        while True:
+            answer = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, [key])])
+            found = answer.get("topic", {}).get(topic, {}).get(key)
+            if found is not None or time.monotonic() >= deadline:
+                return None if found is None else found["value"]
+            time.sleep(0.3)
+    finally:
+        admin.close()
+
+
 def test_topics_have_three_replicas_and_need_two_in_sync(cluster):
     s, _ = cluster
     name = f"replicated-{uuid.uuid4().hex[:8]}"
@@ -80,12 +97,7 @@ def test_topics_have_three_replicas_and_need_two_in_sync(cluster):
     assert len(parts) == 4
     assert all(sorted(p["replica_nodes"]) == [1, 2, 3] and sorted(p["isr_nodes"]) == [1, 2, 3] for p in parts)
     assert len({p["leader_id"] for p in parts}) > 1  # leadership is spread over the brokers
-    admin = kafka_client.admin(s)
-    try:
-        answer = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name, ["min.insync.replicas"])])
-    finally:
-        admin.close()
-    assert answer["topic"][name]["min.insync.replicas"]["value"] == "2"
+    assert _topic_config(s, name, "min.insync.replicas") == "2"
 
     too_many = load({**cluster[1], "TOPIC_REPLICATION": "4"})
     started = time.monotonic()
