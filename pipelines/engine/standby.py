@@ -24,6 +24,7 @@ from typing import Callable
 from controlplane import fencing
 from controlplane.clock import now_ms
 from controlplane.store import connect
+from infra.priority import own_group_nice, set_group_nice, threads
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,11 @@ def step_back(by: int) -> int:
     """A standby's start: `by` nicer, so its JVM start, warm-up and rehearsal take the CPU only when
     the active jobs leave it (on two cores, right after the standbys started, the demo's first
     minute went 10 s without a decision); `come_forward` undoes it at a takeover. Two levers:
-    - its session's scheduling group (`own_group`): with Linux's autogroups on, as on most
-      distributions, the CPU is shared between sessions first, and the supervisor starts each
-      process in a session of its own, so a thread's niceness weighs only against the threads of
-      its own session: alone, a niced standby took as much CPU as an active job (2026-11-30).
-      A group's niceness goes back up to 0 without a privilege.
+    - its session's scheduling group, when it leads its session (infra/priority.py): with Linux's
+      autogroups on, a thread's niceness weighs only against its own session's threads, and the
+      supervisor starts each process in a session of its own; with its threads alone niced, a
+      standby took as much CPU as an active job (2026-11-30). A group's niceness goes back up to
+      0 without a privilege.
     - this thread's niceness (and so that of the Spark JVM and workers it starts after): what
       counts when autogroups are off; only when it can be undone (root, or RLIMIT_NICE allows it).
     Returns the niceness taken (0: neither could be)."""
@@ -100,45 +101,6 @@ def step_back(by: int) -> int:
     return by
 
 
-AUTOGROUP = "/proc/self/autogroup"
-AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
-
-
-def own_group_nice() -> int | None:
-    """The niceness of this process's scheduling group (its session's autogroup), or None when the
-    kernel shares the CPU by thread (autogroups off or absent) or the session is not this
-    process's own (started from a shell: the group would be the shell's, an active job's too)."""
-    try:
-        with open(AUTOGROUP_ENABLED) as f:
-            if f.read().strip() != "1":
-                return None
-        if os.getsid(0) != os.getpid():
-            return None
-        with open(AUTOGROUP) as f:  # "/autogroup-1677 nice 0"
-            return int(f.read().split()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def set_group_nice(nice: int, tries: int = 20) -> bool:
-    """Set this session's autogroup niceness; the kernel takes one change per 0.1 s from a process
-    without CAP_SYS_ADMIN (EAGAIN), so a refused write is tried again. False when it cannot be."""
-    for _ in range(tries):
-        try:
-            fd = os.open(AUTOGROUP, os.O_WRONLY)
-            try:
-                os.write(fd, str(nice).encode())
-            finally:
-                os.close(fd)
-            return True
-        except BlockingIOError:
-            time.sleep(0.11)
-        except OSError as exc:
-            log.warning("could not set the session's scheduling group's niceness to %d: %s", nice, exc)
-            return False
-    return False
-
-
 def process_tree(root: int) -> list[int]:
     """`root` and every process under it (its Spark JVM, the JVM's Python workers), from /proc."""
     children: dict[int, list[int]] = {}
@@ -157,14 +119,6 @@ def process_tree(root: int) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, []))
     return out
-
-
-def threads(pid: int) -> list[int]:
-    """The thread ids of process `pid` (none when it has ended)."""
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return []
 
 
 def come_forward() -> int:

@@ -10,7 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from pipelines.engine.standby import AUTOGROUP_ENABLED, may_come_back, threads
+from infra.priority import AUTOGROUP_ENABLED, threads
+from pipelines.engine.standby import may_come_back
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,63 @@
+"""A process's share of the CPU on Linux: its threads' niceness and its session's scheduling group.
+
+Why both: with autogroups on (`kernel.sched_autogroup_enabled`, the default of most distributions)
+the scheduler shares the CPU between sessions first and only then between a session's threads,
+and the supervisor and honcho start every process in a session of its own. A niced thread then
+weighs only against its own session's threads; what yields to the other processes is the session's
+group (`/proc/self/autogroup`). A group's niceness goes back to 0 without a privilege, a thread's
+only with CAP_SYS_NICE or an RLIMIT_NICE that allows it (a standby's use of both:
+pipelines/engine/standby.py `step_back`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+log = logging.getLogger(__name__)
+
+AUTOGROUP = "/proc/self/autogroup"
+AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def own_group_nice() -> int | None:
+    """The niceness of this process's scheduling group (its session's autogroup), or None when the
+    kernel shares the CPU by thread (autogroups off or absent) or the session is not this
+    process's own (started from a shell: the group would be the shell's, an active job's too)."""
+    try:
+        with open(AUTOGROUP_ENABLED) as f:
+            if f.read().strip() != "1":
+                return None
+        if os.getsid(0) != os.getpid():
+            return None
+        with open(AUTOGROUP) as f:  # "/autogroup-1677 nice 0"
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def set_group_nice(nice: int, tries: int = 20) -> bool:
+    """Set this session's autogroup niceness; the kernel takes one change per 0.1 s from a process
+    without CAP_SYS_ADMIN (EAGAIN), so a refused write is tried again. False when it cannot be."""
+    for _ in range(tries):
+        try:
+            fd = os.open(AUTOGROUP, os.O_WRONLY)
+            try:
+                os.write(fd, str(nice).encode())
+            finally:
+                os.close(fd)
+            return True
+        except BlockingIOError:
+            time.sleep(0.11)
+        except OSError as exc:
+            log.warning("could not set the session's scheduling group's niceness to %d: %s", nice, exc)
+            return False
+    return False
+
+
+def threads(pid: int) -> list[int]:
+    """The thread ids of process `pid` (none when it has ended)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
