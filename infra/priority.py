@@ -20,20 +20,29 @@ AUTOGROUP = "/proc/self/autogroup"
 AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
 
 
-def own_group_nice() -> int | None:
-    """The niceness of this process's scheduling group (its session's autogroup), or None when the
-    kernel shares the CPU by thread (autogroups off or absent) or the session is not this
-    process's own (started from a shell: the group would be the shell's, an active job's too)."""
+def group_nice(pid: int | str = "self") -> int | None:
+    """The niceness of process `pid`'s scheduling group (its session's autogroup), or None when the
+    it has no group of its own: autogroups off or absent, or the process still in init's session
+    (no `setsid` between it and PID 1, as in some containers), whose default group is the root's
+    and for which the kernel prints an empty file."""
     try:
         with open(AUTOGROUP_ENABLED) as f:
             if f.read().strip() != "1":
                 return None
-        if os.getsid(0) != os.getpid():
-            return None
-        with open(AUTOGROUP) as f:  # "/autogroup-1677 nice 0"
-            return int(f.read().split()[-1])
-    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{pid}/autogroup") as f:  # "/autogroup-1677 nice 0", or empty
+            fields = f.read().split()
+        return int(fields[-1]) if fields else None
+    except (OSError, ValueError):
         return None
+
+
+def own_group_nice() -> int | None:
+    """The niceness of this process's scheduling group, or None when there is none to use (see
+    `group_nice`) or the session is not this process's own (started from a shell: the group would
+    be the shell's, an active job's too)."""
+    if os.getsid(0) != os.getpid():
+        return None
+    return group_nice()
 
 
 def set_group_nice(nice: int, tries: int = 20) -> bool:
