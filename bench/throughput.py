@@ -15,7 +15,9 @@ the JVM when it stops (`unload_state`). Untimed warm-up passes of every query fi
 CPU an event and its third on 1.97–2.52; the others' from their third on within the spread of their
 later passes, bench/RESULTS.md); with
 `--rounds R` every query runs R times, each round in a rotated order (so a load that drifts over
-the run falls on every query alike), and each figure is the median of its R runs.
+the run falls on every query alike), and each figure is the median of its R runs (8 by default:
+one round's ratio moves by a tenth, and on 2026-11-30 the first round after three warm-up passes
+had the lowest exactly-once / at-least-once in 13 runs of 15, 0.46-0.83 against a median of 0.87).
 
 Figures (events/s):
 - the headline, wall clock: N / (the end of the batch that brought the count to N - the start of
@@ -184,7 +186,9 @@ def main(argv: list[str]) -> dict:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=1, help="runs of each query; figures are medians")
+    parser.add_argument("--rounds", type=int, default=8,
+                        help="runs of each query, rotated; figures are medians (one round's ratio moves by a "
+                             "tenth, and the first after the warm-up is most often the lowest)")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed passes of every query before the rounds (the JIT's steady state)")
     parser.add_argument("--max-offsets", type=int, default=None, help="maxOffsetsPerTrigger (default: setting)")
