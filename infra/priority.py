@@ -20,8 +20,15 @@ AUTOGROUP = "/proc/self/autogroup"
 AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
 
 
+def nice_of(autogroup: str) -> int | None:
+    """A `/proc/<pid>/autogroup` text's niceness ("/autogroup-1677 nice 0"); None for the empty text
+    the kernel gives a process in the default group (`group_nice`)."""
+    fields = autogroup.split()
+    return int(fields[-1]) if fields else None
+
+
 def group_nice(pid: int | str = "self") -> int | None:
-    """The niceness of process `pid`'s scheduling group (its session's autogroup), or None when the
+    """The niceness of process `pid`'s scheduling group (its session's autogroup), or None when
     it has no group of its own: autogroups off or absent, or the process still in init's session
     (no `setsid` between it and PID 1, as in some containers), whose default group is the root's
     and for which the kernel prints an empty file."""
@@ -29,9 +36,8 @@ def group_nice(pid: int | str = "self") -> int | None:
         with open(AUTOGROUP_ENABLED) as f:
             if f.read().strip() != "1":
                 return None
-        with open(f"/proc/{pid}/autogroup") as f:  # "/autogroup-1677 nice 0", or empty
-            fields = f.read().split()
-        return int(fields[-1]) if fields else None
+        with open(f"/proc/{pid}/autogroup") as f:
+            return nice_of(f.read())
     except (OSError, ValueError):
         return None
 

@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from infra.priority import group_nice, threads
+from infra.priority import group_nice, nice_of, threads
 from pipelines.engine.standby import may_come_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +60,16 @@ def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
     if not allowed:
         print(f"LOUD: this user may not raise a priority again: the standby here runs at {base}, as it should, "
               "and the niced path was not exercised", file=sys.stderr)
+
+
+def test_an_autogroup_file_reads_as_its_niceness_and_an_empty_one_as_no_group():
+    """The CI machine's test process sits in init's session, whose default group the kernel prints
+    as nothing (PID 1's file is empty too): that is no group, not an error (a red run, 2026-11-30)."""
+    assert nice_of("/autogroup-1677 nice 0\n") == 0
+    assert nice_of("/autogroup-9 nice 5") == 5
+    assert nice_of("/autogroup-9 nice -3\n") == -3
+    assert nice_of("") is None
+    assert nice_of("\n") is None
 
 
 def test_a_standby_in_a_session_of_its_own_nices_its_scheduling_group_until_it_is_promoted():
