@@ -57,8 +57,12 @@ def test_busy_cores_keeps_its_loops_running_for_the_block_and_stops_them_after()
     from bench.common import busy_cores, cpu_seconds
 
     with busy_cores(1) as busy:
-        (pid,) = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_loop(int(p))]
         deadline = time.monotonic() + 30  # on a loaded machine the loop gets what the others leave
+        # until the child has exec'd, its command line is still this process's (a CI run, 2026-11-30)
+        while not (loops := [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_loop(int(p))]):
+            assert time.monotonic() < deadline, "the busy loop never started"
+            time.sleep(0.05)
+        (pid,) = loops
         while (cpu_seconds(pid) or 0) < 0.2 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert busy["cores"] == 1 and busy["cpu_s"] >= 0.2, busy
