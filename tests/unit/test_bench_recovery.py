@@ -58,7 +58,8 @@ def test_busy_cores_keeps_its_loops_running_for_the_block_and_stops_them_after()
 
     with busy_cores(1) as busy:
         deadline = time.monotonic() + 30  # on a loaded machine the loop gets what the others leave
-        # until the child has exec'd, its command line is still this process's (a CI run, 2026-11-30)
+        # right after Popen returns the child's command line can still read empty (261 times in 300 here,
+        # two loops beside it): a CI run of 2026-11-30 found no loop
         while not (loops := [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_loop(int(p))]):
             assert time.monotonic() < deadline, "the busy loop never started"
             time.sleep(0.05)
