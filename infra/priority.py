@@ -27,15 +27,23 @@ def nice_of(autogroup: str) -> int | None:
     return int(fields[-1]) if fields else None
 
 
+def autogroups_enabled() -> bool:
+    """Whether the kernel shares the CPU between sessions' groups first (off or absent: False)."""
+    try:
+        with open(AUTOGROUP_ENABLED) as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
 def group_nice(pid: int | str = "self") -> int | None:
     """The niceness of process `pid`'s scheduling group (its session's autogroup), or None when
     it has no group of its own: autogroups off or absent, or the process still in init's session
     (no `setsid` between it and PID 1, as in some containers), whose default group is the root's
     and for which the kernel prints an empty file."""
+    if not autogroups_enabled():
+        return None
     try:
-        with open(AUTOGROUP_ENABLED) as f:
-            if f.read().strip() != "1":
-                return None
         with open(f"/proc/{pid}/autogroup") as f:
             return nice_of(f.read())
     except (OSError, ValueError):

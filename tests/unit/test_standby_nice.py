@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from infra.priority import AUTOGROUP_ENABLED, group_nice, nice_of, threads
+from infra.priority import autogroups_enabled, group_nice, nice_of, threads
 from pipelines.engine.standby import may_come_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,13 +60,6 @@ def test_a_standby_is_nicer_until_it_is_promoted_then_every_thread_comes_back():
     if not allowed:
         print(f"LOUD: this user may not raise a priority again: the standby here runs at {base}, as it should, "
               "and the niced path was not exercised", file=sys.stderr)
-
-
-def autogroups_enabled() -> bool:
-    try:
-        return Path(AUTOGROUP_ENABLED).read_text().strip() == "1"
-    except OSError:
-        return False
 
 
 def test_an_autogroup_file_reads_as_its_niceness_and_an_empty_one_as_no_group():
