@@ -28,16 +28,19 @@ Figures (events/s):
   printed before 2026-11-25; it leaves out the time between batches.
 - eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run; with
   --rounds above 1, `rounds` holds each round's own two ratios as well (their spread is the noise).
-- median_interval (with --rounds above 1): for each of the two ratios, the interval the rounds give
+- alo_over_noop: at-least-once over the no-op, the same way: the part of the ceiling left before
+  exactly-once's dedupe adds anything (exactly-once / no-op can be no higher than it, give or take
+  the noise).
+- median_interval (with --rounds above 1): for each of the three ratios, the interval the rounds give
   its median at 95 % or more (order statistics; with eight rounds or fewer the extremes, at the
   coverage they have), and that coverage: a goal inside the interval is one these rounds cannot
   decide.
 - cpu_us_per_event (local mode): the driver JVM's CPU time over each query's run per event, the
   median of the rounds; on a machine shared with other work it moves far less than the clocks.
 Prints {"at-most-once", "at-least-once", "exactly-once", "noop", "eo_over_alo", "eo_over_noop",
-"wall_clock": true, "busy": {the same four figures and ratios in busy time}, "cpu_us_per_event":
-{query: µs}, "rounds": {"eo_over_alo": [r, ...], "eo_over_noop": [r, ...]},
-"median_interval": {"eo_over_alo": [low, high], "eo_over_noop": [low, high], "coverage": c}}.
+"alo_over_noop", "wall_clock": true, "busy": {the same four figures and ratios in busy time},
+"cpu_us_per_event": {query: µs}, "rounds": {"eo_over_alo": [r, ...], "eo_over_noop": [r, ...],
+"alo_over_noop": [r, ...]}, "median_interval": {each ratio: [low, high], "coverage": c}}.
 
 With --cluster the same queries run on the Spark standalone cluster (infra.cluster: started for
 the run unless it is up, stopped after it if the bench started it), as an application with one
@@ -65,6 +68,9 @@ from infra.contracts import GUARANTEES
 from infra.topics import ensure_topics
 
 NOOP = "noop"
+# each ratio the JSON line holds: (query, the query it is over)
+RATIOS = {"eo_over_alo": ("exactly-once", "at-least-once"), "eo_over_noop": ("exactly-once", NOOP),
+          "alo_over_noop": ("at-least-once", NOOP)}
 
 
 def log(msg: str) -> None:
@@ -121,15 +127,14 @@ def figures(runs: dict[str, list[tuple]]) -> dict:
 
     def line(eps: dict) -> dict:
         return {**{q: round(eps[q]) for q in (*GUARANTEES, NOOP)},
-                "eo_over_alo": ratio(eps["exactly-once"], eps["at-least-once"]),
-                "eo_over_noop": ratio(eps["exactly-once"], eps[NOOP])}
+                **{name: ratio(eps[top], eps[bottom]) for name, (top, bottom) in RATIOS.items()}}
 
     out = {**line(wall), "wall_clock": True, "busy": line(busy)}
     if len(runs["exactly-once"]) > 1:
         # each round's own ratios (the queries of a round run back to back): on a shared machine one
         # round's ratio moves far more than the medians' (eo_over_noop 0.54-1.13 over nine rounds of one run)
-        out["rounds"] = {name: [ratio(e[0], o[0]) for e, o in zip(runs["exactly-once"], runs[other])]
-                         for name, other in (("eo_over_alo", "at-least-once"), ("eo_over_noop", NOOP))}
+        out["rounds"] = {name: [ratio(a[0], b[0]) for a, b in zip(runs[top], runs[bottom])]
+                         for name, (top, bottom) in RATIOS.items()}
         intervals = {name: median_interval([r for r in rs if r is not None]) for name, rs in out["rounds"].items()
                      if any(r is not None for r in rs)}
         if intervals:

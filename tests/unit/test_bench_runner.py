@@ -61,14 +61,16 @@ def test_throughput_figures_are_medians_with_ratios_in_both_clocks():
             "at-least-once": [(80.0, 100.0)] * 3, "exactly-once": [(40.0, 80.0), (60.0, 90.0), (50.0, 85.0)]}
     out = figures(runs)
     assert out["wall_clock"] is True and (out["exactly-once"], out["noop"]) == (50, 110)
-    assert (out["eo_over_alo"], out["eo_over_noop"]) == (0.625, 0.455)
+    assert (out["eo_over_alo"], out["eo_over_noop"], out["alo_over_noop"]) == (0.625, 0.455, 0.727)
     assert out["busy"] == {"noop": 210, "at-most-once": 95, "at-least-once": 100, "exactly-once": 85,
-                           "eo_over_alo": 0.85, "eo_over_noop": 0.405}
+                           "eo_over_alo": 0.85, "eo_over_noop": 0.405, "alo_over_noop": 0.476}
     assert "cpu_us_per_event" not in out  # not measured (a cluster's executors): not reported
     # each round's own ratios, paired by round: the spread the medians hide
-    assert out["rounds"] == {"eo_over_alo": [0.5, 0.75, 0.625], "eo_over_noop": [0.4, 0.5, 0.455]}
+    assert out["rounds"] == {"eo_over_alo": [0.5, 0.75, 0.625], "eo_over_noop": [0.4, 0.5, 0.455],
+                             "alo_over_noop": [0.8, 0.667, 0.727]}
     # three rounds: the interval of the median is their extremes, which cover it three times in four
-    assert out["median_interval"] == {"eo_over_alo": [0.5, 0.75], "eo_over_noop": [0.4, 0.5], "coverage": 0.75}
+    assert out["median_interval"] == {"eo_over_alo": [0.5, 0.75], "eo_over_noop": [0.4, 0.5],
+                                      "alo_over_noop": [0.667, 0.8], "coverage": 0.75}
     one = figures({q: rs[:1] for q, rs in runs.items()})
     assert "rounds" not in one and "median_interval" not in one  # one round: nothing to spread
 
