@@ -26,11 +26,10 @@ Figures (events/s):
   the checkpoint's creation) before its first batch, which a long-running job pays once.
 - busy (beside it, named): N / the sum of the batches' triggerExecution, the figure this bench
   printed before 2026-11-25; it leaves out the time between batches.
-- eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run; with
-  --rounds above 1, `rounds` holds each round's own two ratios as well (their spread is the noise).
-- alo_over_noop: at-least-once over the no-op, the same way: the part of the ceiling left before
-  exactly-once's dedupe adds anything (exactly-once / no-op can be no higher than it, give or take
-  the noise).
+- eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run;
+  alo_over_noop, at-least-once over the no-op, the part of the ceiling left before exactly-once's
+  dedupe adds anything (exactly-once / no-op can be no higher, give or take the noise). With
+  --rounds above 1, `rounds` holds each round's own three ratios as well (their spread is the noise).
 - median_interval (with --rounds above 1): for each of the three ratios, the interval the rounds give
   its median at 95 % or more (order statistics; with eight rounds or fewer the extremes, at the
   coverage they have), and that coverage: a goal inside the interval is one these rounds cannot
