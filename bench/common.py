@@ -22,7 +22,6 @@ from kafka.admin import NewTopic
 from infra import broker, cluster, kafka_client
 from infra.config import ROOT, Settings
 from pipelines.engine.session import get_spark
-from pipelines.usage import dedupe
 
 DECISION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
             '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
@@ -286,7 +285,6 @@ def unload_state(spark) -> None:
     in the same heap, and every later query's figures would include that garbage collection."""
     state = getattr(spark._jvm.org.apache.spark.sql.execution.streaming.state, "StateStore$")
     state.__getattr__("MODULE$").unloadAll()
-    dedupe.unload_all(spark)  # exactly-once's tables
 
 
 @contextlib.contextmanager

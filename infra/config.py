@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Spark's state store providers a usage query's new checkpoint may use (USAGE_STATE_STORE); a
-# checkpoint keeps the provider it was created with (Spark records it in its offset log)
-STATE_STORES = {
-    "inplace": "cardstream.state.InPlaceStateStoreProvider",  # pipelines/engine/jvm
-    "memory": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
+# the state store of every stateful query of both jobs (a checkpoint keeps the provider it was
+# created with: Spark records it in its offset log)
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# how the contract reads a record's JSON (JSON_PARSE): "scan", the JVM reader
+# cardstream.parse.JsonFields (pipelines/engine/jvm), or "spark", Spark's own try_parse_json and
+# variant functions, which it is tested to answer as (tests/spark/test_json_fields.py)
+JSON_PARSERS = ("scan", "spark")
 
 
 def _int(env, name, default):
@@ -115,9 +115,8 @@ class Settings:
     # Usage job: checkpoints kept, dedupe horizon (on Kafka append time), batch size cap
     min_batches_to_retain: int
     dedupe_seconds: int
-    dedupe_snapshot_deltas: int  # exactly-once's dedupe files: a snapshot every this many deltas
     usage_max_offsets: int
-    usage_state_store: str  # the windows query's: "inplace" (ours), "memory" (Spark's HDFS-backed) or "rocksdb"
+    json_parse: str  # JSON_PARSERS: the contract's JSON reader
     # Dashboard
     dashboard_host: str
     dashboard_port: int
@@ -328,9 +327,8 @@ def load(env: dict | None = None) -> Settings:
         session_gap_seconds=_int(env, "SESSION_GAP_SECONDS", 60),
         min_batches_to_retain=_int(env, "MIN_BATCHES_TO_RETAIN", 20),
         dedupe_seconds=_int(env, "DEDUPE_SECONDS", 600),
-        dedupe_snapshot_deltas=_int(env, "DEDUPE_SNAPSHOT_DELTAS", 10),
         usage_max_offsets=_int(env, "USAGE_MAX_OFFSETS", 500_000),
-        usage_state_store=_choice(env, "USAGE_STATE_STORE", "inplace", STATE_STORES),
+        json_parse=_choice(env, "JSON_PARSE", "scan", JSON_PARSERS),
         dashboard_host=env.get("DASHBOARD_HOST", "127.0.0.1"),
         dashboard_port=_int(env, "DASHBOARD_PORT", 8501),
         dashboard_token=env.get("DASHBOARD_TOKEN") or None,

@@ -3,8 +3,7 @@
 Four small jars are compiled here too, against PySpark's own jars: the Kafka token shim
 (infra/shim), the local file system without a process per file (infra/localfs), the fraud
 job's JVM scoring and live profiles (pipelines/fraud/jvm) and the engine's (pipelines/engine/jvm:
-the usage job's in-place state store and the contract's field reader, in the jar still named for
-the store).
+the contract's JSON field reader).
 
 `python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
 there. Each folder is filled under a temporary name and renamed only when complete, with a
@@ -34,7 +33,9 @@ LOCAL_FS_JAR = "cardstream-local-fs.jar"
 JAVA_JARS = {SHIM_JAR: INFRA / "shim",
              LOCAL_FS_JAR: INFRA / "localfs",
              "cardstream-live-profiles.jar": ROOT / "pipelines" / "fraud" / "jvm",
-             "cardstream-state-store.jar": ROOT / "pipelines" / "engine" / "jvm"}
+             "cardstream-engine.jar": ROOT / "pipelines" / "engine" / "jvm"}
+OWN_JAR_PREFIX = "cardstream-"  # every jar compiled here is named so; no fetched one is
+assert all(name.startswith(OWN_JAR_PREFIX) for name in JAVA_JARS)
 MANIFEST = ".complete.json"
 NETWORK_SIGNS = ("No plugin found for prefix", "Unknown host", "transfer failed", "Could not transfer", "Network is unreachable",
                  "Connection refused", "Connect to", "timed out", "UnknownHostException")
@@ -62,7 +63,7 @@ def _rebuild_java(target: Path) -> bool:
         manifest = json.loads((target / MANIFEST).read_text())
     except (OSError, ValueError):
         return False
-    fetched = [j for j in manifest.get("jars") or [] if j not in JAVA_JARS]
+    fetched = [j for j in manifest.get("jars") or [] if not j.startswith(OWN_JAR_PREFIX)]
     if manifest.get("pom") != _pom_fingerprint("spark") or not fetched or not all(
             zipfile.is_zipfile(target / j) for j in fetched):
         return False
@@ -71,6 +72,9 @@ def _rebuild_java(target: Path) -> bool:
             _build_jar(Path(tmp), name, root)
         for name in JAVA_JARS:
             os.replace(Path(tmp) / name, target / name)
+    for gone in target.glob(f"{OWN_JAR_PREFIX}*.jar"):  # a jar of ours the sources no longer make
+        if gone.name not in JAVA_JARS:
+            gone.unlink()
     _write_manifest(target, "spark", sorted(p.name for p in target.glob("*.jar")))
     print(f"infra/jars: the project's Java jars rebuilt in {target}", file=sys.stderr)
     return True

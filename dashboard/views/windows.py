@@ -14,11 +14,13 @@ st.caption("Tumbling (1 min), sliding (5 min every 1 min) and session windows ov
 def purposes(s) -> dict[str, str]:
     """What each query's watermark is, with its configured delay, and what it is for."""
     late = f"newest event time − WATERMARK_SECONDS ({fmt.decimal(s.watermark_seconds, unit='s')})"
-    dedupe = f"newest Kafka append time − DEDUPE_SECONDS ({fmt.decimal(s.dedupe_seconds, unit='s')})"
+    dedupe = (f"Spark's watermark: newest Kafka append time − DEDUPE_SECONDS / 2 "
+              f"({fmt.decimal(s.dedupe_seconds / 2, unit='s')} of {fmt.decimal(s.dedupe_seconds, unit='s')})")
     return {
         "usage-windows": f"{late}: events older than this are late for the windows (counted, not added).",
-        "usage-exactly-once": f"{dedupe}: how long a txn_id is remembered to drop a duplicate; "
-                              "it trails the clock by that much by design.",
+        "usage-exactly-once": f"{dedupe}: a txn_id is remembered until this passes its first copy's append "
+                              "time by as much again (DEDUPE_SECONDS behind the newest record) to drop a "
+                              "duplicate; it trails the clock by design.",
         "fraud": f"{late}: a decision whose event time is older is marked late.",
     }
 

@@ -93,6 +93,18 @@ def batch_timestamp(checkpoint: Path | str, batch_id: int) -> int | None:
         return None
 
 
+def state_provider(checkpoint: Path | str) -> str | None:
+    """The state store class the query's newest planned batch runs with (Spark keeps it in the
+    offset log's metadata for the checkpoint's life), None when it names none."""
+    newest = planned_batch(checkpoint)
+    lines = _read_log(Path(checkpoint, "offsets", str(newest))) if newest is not None else []
+    try:
+        conf = json.loads(lines[0]).get("conf") or {}
+    except (ValueError, IndexError, AttributeError):
+        return None
+    return conf.get("spark.sql.streaming.stateStore.providerClass")
+
+
 def batch_range(checkpoint: Path | str, batch_id: int) -> tuple[Offsets, Offsets]:
     """(start, end) offsets of one batch: start inclusive, end exclusive."""
     end = batch_end(checkpoint, batch_id)

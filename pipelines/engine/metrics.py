@@ -23,38 +23,6 @@ from controlplane.store import connect
 from pipelines.engine.sources import DECISIONS_REJECTED
 
 log = logging.getLogger(__name__)
-_NOTED: dict[tuple[str, int], dict] = {}
-_REJECTED: dict[tuple[str, int], dict] = {}  # (query, batch id) -> {"rejected", "reasons"} (note_rejected)
-NOTED_FIELDS = ("state_rows", "state_memory_bytes", "watermark", "event_time_max")
-
-
-def note_state(query: str, batch_id: int, **figures) -> None:
-    """State a query keeps outside Spark's operators (exactly-once's dedupe: pipelines/usage/dedupe.py),
-    measured by its batch, for that batch's progress row (NOTED_FIELDS), which Spark posts after it."""
-    for key in [k for k in _NOTED if k[0] == query and k[1] < batch_id]:  # batches that never posted
-        del _NOTED[key]
-    _NOTED[(query, batch_id)] = {k: v for k, v in figures.items() if k in NOTED_FIELDS}
-
-
-def note_rejected(query: str, batch_id: int, rejected: int, reasons) -> None:
-    """The decisions a batch rejected, counted by the query itself (the usage job's guarantee
-    queries count them in their own pass, without the `rejected_decisions` observed metric): its
-    `not_kept` row, as `rejected_row` makes one from the metric, when Spark posts the batch's
-    progress."""
-    for key in [k for k in _REJECTED if k[0] == query and k[1] < batch_id]:  # batches that never posted
-        del _REJECTED[key]
-    _REJECTED[(query, batch_id)] = {"rejected": int(rejected), "reasons": list(reasons)}
-
-
-def iso_ms(ms: int | None) -> str | None:
-    """Epoch ms as Spark writes a progress's times (`2026-11-26T08:00:00.000Z`)."""
-    if ms is None:
-        return None
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
 def source_name(source) -> str:
     """What a source reads: its Kafka topics (the keys of its end offsets), else Spark's description."""
     try:
@@ -137,10 +105,10 @@ def wait_for_listener(queries, db, timeout_s: float = 10.0) -> None:
             time.sleep(0.1)
 
 
-def rejected_row(progress, checkpoints: dict[str, str], job: str, noted: dict | None = None) -> dict | None:
+def rejected_row(progress, checkpoints: dict[str, str], job: str) -> dict | None:
     """The `not_kept` row of the decisions a batch rejected (its `rejected_decisions` observed
-    metric, or what the query noted itself: `note_rejected`), or None when it rejected none (pure)."""
-    metric = (progress.observedMetrics or {}).get(DECISIONS_REJECTED) or noted
+    metric), or None when it rejected none (pure)."""
+    metric = (progress.observedMetrics or {}).get(DECISIONS_REJECTED)
     rejected = int(metric["rejected"] or 0) if metric is not None else 0
     if not rejected:
         return None
@@ -170,10 +138,8 @@ class ProgressRecorder(StreamingQueryListener):
     def onQueryProgress(self, event):
         try:
             row = progress_row(event.progress, self.checkpoints)
-            row.update(_NOTED.pop((row["query"], row["batch_id"]), {}))
             self._store()["batch_progress"].upsert(row, pk=("query", "batch_id", "ts"))
-            noted = _REJECTED.pop((event.progress.name or "", event.progress.batchId), None)
-            rejected = rejected_row(event.progress, self.checkpoints, self.job, noted)
+            rejected = rejected_row(event.progress, self.checkpoints, self.job)
             if rejected:  # a batch run again after a restart reports its rejects again: one row per batch
                 self._store()["not_kept"].upsert(rejected, pk=("query", "checkpoint", "batch_id", "kind"))
         except Exception as exc:  # metrics must never stop the job

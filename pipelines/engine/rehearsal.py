@@ -56,7 +56,7 @@ def scratch_streams(spark, s: Settings, prefix: str, **batches: list[list[tuple]
         frames = {}
         for name, parts in batches.items():
             for rows in parts:
-                # one file a batch, so one task reads each partition's rows (exactly-once's dedupe counts on it)
+                # one file a batch: one micro-batch each
                 spark.createDataFrame(rows, schema).coalesce(1).write.mode("append").parquet(f"{tmp}/{name}")
             frames[name] = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(f"{tmp}/{name}")
         yield frames, tmp

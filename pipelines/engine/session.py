@@ -17,7 +17,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from infra.config import ROOT, STATE_STORES, Settings, load
+from infra.config import ROCKSDB_PROVIDER, ROOT, Settings, load
 from pipelines.engine import cds
 from infra.jars import is_complete
 
@@ -64,7 +64,7 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
         .config("spark.driver.extraClassPath", ":".join(connector_jars(s)))
         .config("spark.sql.shuffle.partitions", str(s.shuffle_partitions))
         .config("spark.default.parallelism", str(s.shuffle_partitions))
-        .config("spark.sql.streaming.stateStore.providerClass", STATE_STORES["rocksdb"])
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.streaming.minBatchesToRetain", str(s.min_batches_to_retain))
         # CHECKPOINT_ROOT is a local path. Spark's default manager for it (Hadoop's FileContext)

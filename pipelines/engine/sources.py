@@ -43,7 +43,7 @@ from infra.histories import HISTORY_MIN_EVENT_TIME_MS, REPLAY_HEADER
 _SPARK_TYPES = {str: T.StringType(), int: T.LongType(), float: T.DoubleType(), bool: T.BooleanType()}
 _KINDS = {str: "str", int: "int", float: "float", bool: "bool"}
 _VALUE_PREFIX = {str: "s", bool: "b"}
-# the fields of a decision the usage job reads (and DecisionCheck checks)
+# the fields of a decision the usage job reads and checks
 DECISION_CHECKED = ("txn_id", "card_id", "event_time", "is_fraud")
 DECISIONS_REJECTED = "rejected_decisions"  # the observed metric of parse_decisions
 
@@ -106,14 +106,17 @@ def json_fields_type(fields: dict[str, type]) -> T.StructType:
     return T.StructType(out)
 
 
-def json_fields(spark: SparkSession, fields: dict[str, type]):
+def json_fields(spark: SparkSession, fields: dict[str, type], how: str = "scan"):
     """A function of a JSON column (its UTF-8 bytes) -> the struct `json_fields_type(fields)`, null
-    when it is not valid UTF-8 or not JSON: the JVM expression cardstream.parse.JsonFieldsExpression over
+    when it is not valid UTF-8 or not JSON. `how` (JSON_PARSE): "spark", Spark's own functions
+    (`variant_fields`); "scan", the JVM expression cardstream.parse.JsonFieldsExpression over
     cardstream.parse.JsonFields (pipelines/engine/jvm), with the session's variant settings. The
     same answers as try_parse_json, then schema_of_variant and try_variant_get per field (a plain
     flat object read by a scan of its bytes, anything else parsed by Spark's own VariantBuilder),
     without a JsonFactory per record, the Literal and Cast objects Spark's variant cast makes for
     every value it converts, or a Java UDF's conversion of its input and result."""
+    if how == "spark":
+        return variant_fields(fields)
     jvm = spark._jvm
     function = _reader(spark, fields)
     struct = spark._jsparkSession.parseDataType(json_fields_type(fields).json())
@@ -125,6 +128,39 @@ def json_fields(spark: SparkSession, fields: dict[str, type]):
         binary = column.cast("binary")  # bytes stay bytes; a text becomes its UTF-8 bytes
         return ClassicColumn(exprs.column(jvm.cardstream.parse.JsonFieldsExpression(
             exprs.expression(binary._jc), function, struct)))
+
+    return call
+
+
+def _of_kind(kind: type, t: Column) -> Column:
+    """Whether a value's JSON type (schema_of_variant's name) is its kind's: a string, a boolean, a number."""
+    if kind is str:
+        return t == F.lit("STRING")
+    if kind is bool:
+        return t == F.lit("BOOLEAN")
+    return t.isin("BIGINT", "DOUBLE", "FLOAT") | t.startswith("DECIMAL(")
+
+
+def variant_fields(fields: dict[str, type]):
+    """`json_fields`' answers from Spark's own functions: try_parse_json (on valid UTF-8 only, as
+    the scan reads bytes), then per field schema_of_variant and try_variant_get. The reference the
+    scan is tested against, and the parse JSON_PARSE=spark runs."""
+    def call(column: Column) -> Column:
+        text = column.cast("binary").cast("string")
+        v = F.when(F.is_valid_utf8(text), F.try_parse_json(text))
+        out = [F.schema_of_variant(v).startswith("OBJECT").alias("is_object")]
+        for n, kind in fields.items():
+            field = F.variant_get(v, f"$.{n}", "variant")
+            t = F.schema_of_variant(field)
+            out += [t.alias(f"t_{n}"), F.coalesce(t.isNull() | (t == F.lit("VOID")), F.lit(True)).alias(f"m_{n}"),
+                    F.coalesce(_of_kind(kind, t), F.lit(False)).alias(f"ok_{n}")]
+            if kind in _VALUE_PREFIX:
+                out.append(F.try_variant_get(field, "$", _SPARK_TYPES[kind].simpleString()).alias(f"{_VALUE_PREFIX[kind]}_{n}"))
+            else:
+                out.append(F.try_variant_get(field, "$", "double").alias(f"d_{n}"))
+                if kind is int:
+                    out.append(F.try_variant_get(field, "$", "bigint").alias(f"l_{n}"))
+        return F.when(v.isNotNull(), F.struct(*out))
 
     return call
 
@@ -143,17 +179,6 @@ def _reader(spark: SparkSession, fields: dict[str, type]):
 
     return jvm.cardstream.parse.JsonFields(strings(list(fields)), strings([_KINDS[k] for k in fields.values()]),
                                            duplicates, unicode)
-
-
-def decision_check(spark: SparkSession, s: Settings | None = None):
-    """The decision contract's verdict in the JVM (cardstream.parse.DecisionCheck): valid or not,
-    over the same reader's answers and bounds as `decision_reasons`, for a guarantee query that
-    counts a batch of Kafka rows in one pass (pipelines/usage). `decision_reasons` names the reasons
-    of the records it refuses; tests/spark/test_decision_check.py compares the two verdicts."""
-    s = s or load()
-    fields = {k: DECISION_FIELDS[k] for k in DECISION_CHECKED}
-    return spark._jvm.cardstream.parse.DecisionCheck(_reader(spark, fields), MAX_PAYLOAD_BYTES, MAX_ID_BYTES,
-                                                     DECISION_MIN_EVENT_TIME_MS, s.validation_future_seconds * 1000)
 
 
 # ------------------------------------------------------------------ the contract as expressions
@@ -206,7 +231,7 @@ def _envelope(kafka_df: DataFrame) -> DataFrame:
 
 
 def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, high: Column,
-               times=TIME_FIELDS, replay_times=()) -> DataFrame:
+               times=TIME_FIELDS, replay_times=(), parse: str = "scan") -> DataFrame:
     """An `_envelope` frame -> `fields` typed (by their JSON type, never coerced) + `_reason`.
 
     Built in small steps (the fields' types and values in one call, then the flags, then the
@@ -214,7 +239,7 @@ def _validated(df: DataFrame, fields: dict[str, type], required, low: Column, hi
     """
     c = F.col
     numbers = [n for n, k in fields.items() if k in (int, float)]
-    df = df.select("*", json_fields(df.sparkSession, fields)(c("_json")).alias("_f"))
+    df = df.select("*", json_fields(df.sparkSession, fields, parse)(c("_json")).alias("_f"))
     # absent or null, and of its kind's JSON type, as json_fields reads them (null when not JSON)
     flags = [f for n in fields for f in (F.coalesce(c(f"_f.m_{n}"), F.lit(True)).alias(f"_m_{n}"),
                                          c(f"_f.ok_{n}").alias(f"_ok_{n}"))]
@@ -291,7 +316,7 @@ def parse_transactions(kafka_df: DataFrame, s: Settings | None = None, *,
     now = _now_ms(now_ms)
     low, high = now - s.validation_past_seconds * 1000, now + s.validation_future_seconds * 1000
     df = _validated(_envelope(kafka_df), TRANSACTION_FIELDS, REQUIRED_TRANSACTION_FIELDS, low, high,
-                    replay_times=("event_time",))
+                    replay_times=("event_time",), parse=s.json_parse)
     return df.select("raw", "kafka_ts", "partition", "offset", *TRANSACTION_FIELDS, F.col("_reason").alias("dlq_reason"))
 
 
@@ -310,7 +335,7 @@ def decision_reasons(kafka_df: DataFrame, s: Settings | None = None, fields=DECI
     s = s or load()
     high = _now_ms(now_ms) + s.validation_future_seconds * 1000
     df = _validated(_envelope(kafka_df), {k: DECISION_FIELDS[k] for k in fields}, list(fields),
-                    F.lit(DECISION_MIN_EVENT_TIME_MS).cast("bigint"), high, times=("event_time",))
+                    F.lit(DECISION_MIN_EVENT_TIME_MS).cast("bigint"), high, times=("event_time",), parse=s.json_parse)
     return df.select(*fields, "kafka_ts", "partition", "offset", "key", F.col("_reason").alias("reason"))
 
 

@@ -1,62 +1,55 @@
-"""Exactly-once's dedupe, in the stage that reads each Kafka partition (no shuffle).
+"""Exactly-once's dedupe: Spark's own `dropDuplicatesWithinWatermark` on txn_id, its keys in the
+session's state store (RocksDB, changelog checkpointing), versioned with the query's commit log.
 
-The `decisions` topic is keyed by txn_id (the fraud job and every harness write it so), so all
-copies of a decision sit in one partition. Each batch's Kafka rows are checked against the
-decision contract (cardstream.parse.DecisionCheck) and counted, each valid txn_id once, in the task
-that reads their partition (a record breaking the contract counted as rejected, never as a
-decision), against that partition's ids (the JVM class cardstream.state.PartitionDedupe, in the
-engine jar): a copy counts again only when its first
-copy's Kafka append time is more than DEDUPE_SECONDS older than the newest record the partition
-held before the batch. The ids live beside the query's checkpoint (`<checkpoint>/dedupe/<partition>/`),
-a delta file a batch and a snapshot every DEDUPE_SNAPSHOT_DELTAS deltas; a replayed batch finds the
-state the batch before it left. A record whose Kafka key is not its txn_id is counted and logged
-(`unkeyed`): its copies could sit in another partition.
+Why Spark's operator and not one of our own: its state is loaded and committed with the batch it
+belongs to (a replayed batch finds the version the batch before it left, on any Hadoop file
+system the checkpoint lives on: local, HDFS, an object store), the state store coordinator places
+each partition's state and refuses a second active instance in one application, and the state
+data source reads it for inspection (`spark.read.format("statestore")`).
+
+The event time is the record's Kafka append time (`kafka_ts`; every topic is created with
+LogAppendTime), with a watermark delay of DEDUPE_SECONDS / 2: Spark keeps a txn_id until the
+watermark (the newest append time of the batches before, less the delay) passes its first copy's
+append time plus the delay, so a copy counts again only when its first copy was appended
+DEDUPE_SECONDS or more before the newest record of the batches before it: the horizon the audit
+assumes (AUDIT_HORIZON_MINUTES). A record appended more than DEDUPE_SECONDS / 2 behind that
+newest record (a Kafka partition read that far behind the others) is late to Spark's operator and
+not counted: its progress reports it (`numRowsDroppedByWatermark`, the dashboard's rows dropped
+late) and the audit counts it lost.
+
+A checkpoint written by the engine this replaced (its ids in `<checkpoint>/dedupe/`, or a state
+store class of ours named in the offset log) is refused at start (`private_state`): Spark would
+start it without the ids it remembered, or fail to load the store class on every restart.
 """
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 from infra.config import Settings
+from pipelines.engine import checkpoints
 
-log = logging.getLogger("usage")
-
-
-@dataclass(frozen=True)
-class Counted:
-    counted: int    # decisions counted (first copies)
-    fraud: int      # of them fraud
-    copies: int     # copies not counted again
-    unkeyed: int    # records whose Kafka key is not their txn_id
-    ids: int        # ids the partitions' tables hold after the batch (every partition seen)
-    bytes: int      # the memory those tables take
-    newest_us: int  # the newest Kafka append time they have seen (µs since the epoch)
-    rejected: int = 0   # records breaking the contract: not counted
-
-    def horizon_ms(self, s: Settings) -> int | None:
-        """Ids first seen before this are forgotten by the next batch of the newest partition."""
-        return None if self.newest_us < 0 else self.newest_us // 1000 - s.dedupe_seconds * 1000
+# what the engine before Spark's state left in a checkpoint
+PRIVATE_STATE_DIR = "dedupe"
+PRIVATE_PROVIDER_PREFIX = "cardstream.state."
 
 
-def state_dir(checkpoint: Path) -> Path:
-    return Path(checkpoint) / "dedupe"
+def watermark_delay_ms(s: Settings) -> int:
+    """Half the horizon: Spark remembers a key for twice its watermark delay (see the docstring)."""
+    return s.dedupe_seconds * 500
 
 
-def count(df, check, checkpoint: Path, batch_id: int, s: Settings, plan=None) -> Counted:
-    """One batch of `df` (Kafka rows of `decisions`), each valid txn_id counted once and each record
-    breaking the contract (`check`: sources.decision_check) counted as rejected, in the same pass:
-    runs a Spark job on `df`'s session. `plan`: the batch's streaming plan (job.stream_plan), or None."""
-    jvm = df.sparkSession._jvm
-    figures = jvm.cardstream.state.PartitionDedupe.count(df._jdf, check, str(state_dir(checkpoint)), int(batch_id),
-                                                         s.dedupe_seconds * 1000, s.dedupe_snapshot_deltas, plan)
-    counted = Counted(*(int(x) for x in figures))
-    if counted.unkeyed:
-        log.warning("%d decisions of batch %d are not keyed by their txn_id: a copy of one in another "
-                    "Kafka partition would be counted again", counted.unkeyed, batch_id)
-    return counted
+def deduplicated(decisions, s: Settings):
+    """Parsed decisions (with `kafka_ts`) -> each txn_id once within the horizon, by Spark's
+    stateful operator."""
+    return (decisions.withWatermark("kafka_ts", f"{watermark_delay_ms(s)} milliseconds")
+            .dropDuplicatesWithinWatermark(["txn_id"]))
 
 
-def unload_all(spark) -> None:
-    """Forget the loaded tables (the files stay): a bench between runs, a test between restarts."""
-    spark._jvm.cardstream.state.PartitionDedupe.unloadAll()
+def private_state(checkpoint: Path | str) -> str | None:
+    """Why `checkpoint` cannot be resumed on Spark's state (one sentence's middle), or None."""
+    if Path(checkpoint, PRIVATE_STATE_DIR).is_dir():
+        return f"it holds the ids of CardStream's former dedupe engine ({Path(checkpoint, PRIVATE_STATE_DIR)})"
+    provider = checkpoints.state_provider(checkpoint)
+    if provider and provider.startswith(PRIVATE_PROVIDER_PREFIX):
+        return f"its state is kept by {provider}, a store class CardStream no longer has"
+    return None

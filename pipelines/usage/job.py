@@ -6,11 +6,12 @@
 All queries read the Kafka `decisions` topic (read_committed) side by side in one Spark
 application, each with its own checkpoint under settings.checkpoint_root/"usage-<guarantee>"
 (at-most-once, which starts over on every run: a link to its instance's own folder) and its own
-row in `usage_counts`. Each micro-batch of Kafka rows is checked against the decision contract
-and counted in the JVM in one pass, in the stage that reads it (`tally`; exactly-once counts each
-txn_id once, per Kafka partition: `pipelines.usage.dedupe`); the decisions breaking
-the contract are counted in that pass, and only when there are some a second pass over the batch
-names their reasons (`rejected_reasons`, stored in `not_kept`). Only those numbers reach the
+row in `usage_counts`. Each query parses its Kafka rows against the decision contract
+(`counted_stream`: the decisions breaking it are counted with their reasons in the query's
+observed metric `rejected_decisions`, which the progress listener stores in `not_kept`);
+exactly-once then keeps each txn_id once with Spark's own `dropDuplicatesWithinWatermark` in the
+session's RocksDB state (`pipelines.usage.dedupe`); each micro-batch is counted in one
+aggregation (`tally`). Only those numbers reach the
 driver, where the guarantee's policy object
 (`pipelines.guarantees`) decides what the sink does with them. Every batch the sink is handed
 goes into the sink ledger with its Kafka offset range from Spark's offset log, which is what the
@@ -23,7 +24,8 @@ is restarted in-process from its checkpoint (`pipelines.restarts`), then exits 1
 A fenced instance (zombie) records the rejected write and exits 3; one whose query Spark stopped
 first (one run per checkpoint) exits 4. A durable query whose store holds batches of another
 checkpoint refuses to start (exit 2) and says how to fix it; so does one whose checkpoint hands a
-batch id its store applied over another Kafka range (restored from a backup, or logs deleted).
+batch id its store applied over another Kafka range (restored from a backup, or logs deleted), and
+one whose checkpoint keeps state of the engine Spark's state replaced (`dedupe.private_state`).
 """
 from __future__ import annotations
 
@@ -34,13 +36,12 @@ import logging
 import os
 import signal
 import threading
-from pathlib import Path
 
 from controlplane import fencing, ledger
 from controlplane.clock import now_ms
 from controlplane.store import connect, transaction
 from infra import kafka_client, logs
-from infra.config import STATE_STORES, Settings, load
+from infra.config import Settings, load
 from infra.contracts import GUARANTEES
 from pipelines import guarantees
 from pipelines.engine import checkpoints
@@ -134,9 +135,13 @@ class UsageJob:
         return self._dbs[name]
 
     def check_bound(self, sink: str, keeps_checkpoint: bool = True) -> None:
-        """Exit 2 with one sentence when the store holds batches of another checkpoint."""
+        """Exit 2 with one sentence when the store holds batches of another checkpoint, or the
+        checkpoint keeps state Spark's operators cannot resume."""
         if not keeps_checkpoint:
             return
+        why = dedupe.private_state(checkpoint_dir(self.s, sink))
+        if why:
+            exit_refused(RuntimeError(f"The checkpoint of {sink} cannot be resumed: {why}; {guarantees.RESET_FIX}."))
         try:
             ledger.check_bound(self.db, sink, checkpoints.query_id(checkpoint_dir(self.s, sink)),
                                guarantees.RESET_FIX)
@@ -148,34 +153,15 @@ class UsageJob:
         """The query's foreachBatch; `checkpoint` is the folder this instance's query runs in."""
         from pyspark.sql import functions as F
 
-        from pipelines.engine.sources import decision_check
-
         name = policy.query
-        check = decision_check(self.spark, self.s)
 
         def counts(df, batch_id, failing) -> tuple[int, int]:
-            """(decisions, fraud) of the batch of Kafka rows: checked and deduplicated per Kafka
-            partition when the guarantee says so, else checked and counted as it is, in one pass; an
-            injected task failure fails a task of that job."""
-            from pipelines.engine import metrics  # deferred with pyspark, as in `run`
-
+            """(decisions, fraud) of the batch (`counted_stream`'s rows); an injected task failure
+            fails a task of that job."""
             if failing is not None:
                 msg = f"task-failure injected into {name} batch {batch_id}"
-                df = df.withColumn("value", F.coalesce(F.raise_error(F.lit(msg)).cast("binary"), F.col("value")))
-            # the batch's plan: the count reads the source's rows under Spark's copy of them
-            plan = stream_plan(self.spark, name) if failing is None else None
-            if policy.dedupes_input:
-                c = dedupe.count(df, check, checkpoint, batch_id, self.s, plan)
-                newest = c.newest_us // 1000 if c.newest_us >= 0 else None
-                metrics.note_state(name, batch_id, state_rows=c.ids, state_memory_bytes=c.bytes,
-                                   watermark=metrics.iso_ms(c.horizon_ms(self.s)),
-                                   event_time_max=metrics.iso_ms(newest))
-                counted, fraud, rejected = c.counted, c.fraud, c.rejected
-            else:
-                counted, fraud, rejected = tally(df, check, plan)
-            if rejected:  # rejects are rare: their reasons from a second pass over the batch only then
-                metrics.note_rejected(name, batch_id, rejected, rejected_reasons(again(df, plan), self.s, rejected, name))
-            return counted, fraud
+                df = df.withColumn("is_fraud", F.coalesce(F.raise_error(F.lit(msg)).cast("boolean"), F.col("is_fraud")))
+            return tally(df)
 
         def handle(df, batch_id):
             db = self.store_for(name)
@@ -186,8 +172,10 @@ class UsageJob:
             except Exception as exc:
                 if failing is not None:
                     self.faults.task_failure_done(db, policy.name, failing, batch_id)
-                policy.failed(db, dataclasses.replace(batch, processed=_safe_count(df, check)), self.epoch,
-                              RuntimeError(first_line(exc)) if policy.drops_failed_batches else exc)
+                if not policy.drops_failed_batches:
+                    raise
+                policy.failed(db, dataclasses.replace(batch, processed=_safe_count(df)), self.epoch,
+                              RuntimeError(first_line(exc)))
                 return
             if failing is not None:  # an empty batch raised nothing: keep the hook armed
                 self.faults.rearm_task_failure(policy.name, failing)
@@ -225,8 +213,8 @@ class UsageJob:
             elif self.amo_from_earliest:
                 starting = "earliest"
         self.check_bound(policy.query, policy.keeps_checkpoint)
-        stream = read_kafka(self.spark, topic, s, starting_offsets=starting, max_offsets_per_trigger=s.usage_max_offsets,
-                            headers=False)
+        stream = counted_stream(read_kafka(self.spark, topic, s, starting_offsets=starting,
+                                           max_offsets_per_trigger=s.usage_max_offsets, headers=False), policy, s)
         return (stream.writeStream.queryName(policy.query)
                 .foreachBatch(self.batch_handler(policy, checkpoint))
                 .option("checkpointLocation", str(checkpoint))
@@ -300,61 +288,32 @@ class UsageJob:
 def spark_conf(s: Settings) -> dict[str, str]:
     """The usage application's own Spark settings (the job's and the benches' sessions alike).
 
-    No empty batches just to move a watermark: the sinks need no eviction output. The windows
-    query's state in USAGE_STATE_STORE, by default the in-place store (pipelines/engine/jvm): Spark's
-    in-memory store copies all of it every batch and RocksDB's JNI get and put per row cost more
-    than the rest (bench/RESULTS.md#throughput). Exactly-once's dedupe keeps its ids itself
-    (`dedupe`), without a Spark state store. The fraud job stays on RocksDB (transformWithState
-    needs it); a checkpoint keeps the store it was created with.
+    No empty batches just to move a watermark: the sinks need no eviction output (exactly-once's
+    dedupe and the windows query evict their keys at the next batch with data). Their state is in
+    the session's RocksDB store (pipelines/engine/session.py), as the fraud job's.
     """
-    return {"spark.sql.streaming.noDataMicroBatches.enabled": "false",
-            "spark.sql.streaming.stateStore.providerClass": STATE_STORES[s.usage_state_store]}
+    return {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
 
 
-def tally(df, check, plan=None) -> tuple[int, int, int]:
-    """A batch of Kafka rows of `decisions` -> (valid decisions, of them fraud, records breaking the
-    contract), checked (`check`: sources.decision_check) and counted in the JVM in one pass over the
-    source's rows: no generated rule, no row built for an aggregation, no filter. `plan`: the
-    batch's streaming plan (`stream_plan`), or None."""
-    valid, fraud, rejected = df.sparkSession._jvm.cardstream.parse.DecisionCheck.count(df._jdf, check, plan)
-    return int(valid), int(fraud), int(rejected)
+def counted_stream(source, policy: Guarantee, s: Settings):
+    """Kafka rows of `decisions` -> what a guarantee query counts: its decisions that keep the
+    contract (the others reported with their reasons in the observed metric `rejected_decisions`),
+    each txn_id once within DEDUPE_SECONDS when the guarantee dedupes (Spark's state), as
+    (`is_fraud`) rows."""
+    from pipelines.engine.sources import parse_decisions
+
+    decisions = parse_decisions(source, s=s)
+    if policy.dedupes_input:
+        decisions = dedupe.deduplicated(decisions, s)
+    return decisions.select("is_fraud")
 
 
-def again(df, plan=None):
-    """The batch of `df` read again from the source for a second pass, its records not counted
-    again in the query's progress (DecisionCheck.again); `df` itself when the plan is not known."""
-    from pyspark.sql import DataFrame
-
-    if plan is None:
-        return df
-    return DataFrame(df.sparkSession._jvm.cardstream.parse.DecisionCheck.again(df._jdf, plan), df.sparkSession)
-
-
-def stream_plan(spark, query: str):
-    """The physical plan of the batch the active streaming query `query` (by name) runs now, from
-    its lastExecution (None when there is none). Why: a query that adds no step to the Kafka source
-    gets a Project that copies every row, and the count reads the rows from under it
-    (DecisionCheck.rows: the plan is checked to be that copy alone and this batch's)."""
-    for q in spark._jsparkSession.streams().active():
-        if q.name() == query:
-            execution = q.streamingQuery().lastExecution()
-            return execution.executedPlan() if execution is not None else None
-    return None
-
-
-def rejected_reasons(df, s: Settings, rejected: int, query: str) -> list[str]:
-    """The reasons, each once and sorted, the contract's expressions (`decision_reasons`) give the
-    batch's records that break it: a second pass over the batch, run only when it has some. A count
-    that differs from the one pass's `rejected` is logged (the two verdicts are tested equal)."""
+def tally(df) -> tuple[int, int]:
+    """A batch of `counted_stream` rows -> (decisions, of them fraud), in one aggregation."""
     from pyspark.sql import functions as F
 
-    from pipelines.engine.sources import decision_reasons
-
-    rows = (decision_reasons(df, s).where(F.col("reason").isNotNull()).groupBy("reason").count().collect())
-    if sum(r["count"] for r in rows) != rejected:
-        log.error("%s: the batch's count rejected %d decisions, the contract's expressions %d (%s)", query,
-                  rejected, sum(r["count"] for r in rows), ", ".join(sorted(r["reason"] for r in rows)))
-    return sorted(r["reason"] for r in rows)
+    row = df.agg(F.count(F.lit(1)).alias("n"), F.count_if(F.col("is_fraud")).alias("f")).collect()[0]
+    return int(row["n"]), int(row["f"] or 0)
 
 
 def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeout_s: float = 180.0,
@@ -366,7 +325,6 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
 
     from infra.contracts import DECISION_FIELDS
     from pipelines.engine.rehearsal import kafka_rows, run_to_end, scratch_stream
-    from pipelines.engine.sources import decision_check
     from pipelines.usage import windows as W
 
     now = int(time.time() * 1000)
@@ -375,16 +333,8 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
                   "produced_at": now - 100, "decided_at": now - 50, "score": 0.1, "is_fraud": i % 5 == 0,
                   "is_late": False} for i in range(32)]
     rows = kafka_rows([(d["txn_id"].encode(), json.dumps(d).encode()) for d in decisions], now)
-    check = decision_check(spark, s)
     with scratch_stream(spark, s, rows, JOB) as (source, tmp):
-        def counter(p: Guarantee):
-            name = f"{p.query}-rehearsal"
-            if p.dedupes_input:
-                return lambda df, batch_id: dedupe.count(df, check, Path(tmp) / p.query, batch_id, s,
-                                                         stream_plan(spark, name))
-            return lambda df, _: tally(df, check, stream_plan(spark, name))
-
-        plans = {p.query: (source, counter(p)) for p in policies}
+        plans = {p.query: (counted_stream(source, p, s), lambda df, _: tally(df)) for p in policies}
         if windows:
             plans[W.QUERY] = (W.windowed_stream(source, s),
                               lambda df, _: W.batch_results(df, None, s.session_gap_seconds))
@@ -394,10 +344,11 @@ def rehearse(spark, s: Settings, policies: list[Guarantee], windows: bool, timeo
         return run_to_end(queries, timeout_s, cancel)
 
 
-def _safe_count(df, check) -> int:
-    """The batch's valid decisions (what it would have counted), for the drop record."""
+def _safe_count(df) -> int:
+    """The batch's valid decisions (what it would have counted), for at-most-once's drop record
+    (a query without state: the batch can be read again)."""
     try:
-        return tally(df, check)[0]
+        return tally(df)[0]
     except Exception:  # noqa: BLE001 - only for the drop record
         return 0
 

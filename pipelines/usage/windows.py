@@ -10,9 +10,9 @@ event_time is behind it is too late: it is not added to any window but counted i
 for every window it would have belonged to (sessions: per minute of its event time, since a late
 event's session is unknown), never dropped silently.
 
-Input is deduplicated by txn_id (dropDuplicatesWithinWatermark on the Kafka timestamp): the
-decisions topic is written exactly once, but a txn_id sent twice by a producer upstream is two
-transactions to it.
+Input is deduplicated by txn_id as exactly-once's count is (`pipelines.usage.dedupe`: Spark's
+dropDuplicatesWithinWatermark on the Kafka timestamp): the decisions topic is written exactly
+once, but a txn_id sent twice by a producer upstream is two transactions to it.
 """
 from __future__ import annotations
 
@@ -155,11 +155,9 @@ def merge_session(conn, w: WindowRow, ts: int) -> None:
 def windowed_stream(source, s: Settings):
     """Kafka rows of `decisions` -> what the windows query aggregates (deduplicated by txn_id)."""
     from pipelines.engine.sources import parse_decisions
+    from pipelines.usage.dedupe import deduplicated
 
-    return (parse_decisions(source, s=s)
-            .withWatermark("kafka_ts", f"{s.dedupe_seconds} seconds")
-            .dropDuplicatesWithinWatermark(["txn_id"])
-            .select("card_id", "event_time", "event_ts", "is_fraud"))
+    return deduplicated(parse_decisions(source, s=s), s).select("card_id", "event_time", "event_ts", "is_fraud")
 
 
 def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: str | None = None,

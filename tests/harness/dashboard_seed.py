@@ -318,9 +318,10 @@ def seed_store(db, now: int, topics: dict[str, str] | None = None, scenario: str
                 "state_rows": int(stream.ends_at(b.planned)[0] * 2) if eo else 0,
                 "state_memory_bytes": int(stream.ends_at(b.planned)[0] * 2 * 96) if eo else 0,
                 "state_disk_bytes": 0, "state_rows_dropped_late": 0,
-                # the dedupe keys live 600 s behind the newest event, longer than these five minutes
+                # Spark's watermark for the dedupe: 300 s (DEDUPE_SECONDS / 2) behind the newest event;
+                # its keys live 600 s, longer than these five minutes
                 "state_rows_removed": 0,
-                "watermark": _iso(b.planned - 600_000) if eo else None,
+                "watermark": _iso(b.planned - 300_000) if eo else None,
                 "event_time_max": _iso(b.planned - 40) if eo else None,
                 "start_offsets": _spark_offsets(topics["decisions"], b.start),
                 "end_offsets": _spark_offsets(topics["decisions"], b.end),

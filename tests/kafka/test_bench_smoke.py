@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bench import all as bench_all
 from bench import limit, produce, throughput
-from infra.config import STATE_STORES
+from infra.config import ROCKSDB_PROVIDER
 from bench.all import SMOKE
 
 PRODUCE = {"target_rate", "achieved_rate", "p50_send_ms", "p99_send_ms", "timed", "count", "sent", "labels_sent",
@@ -55,7 +55,6 @@ def test_limit_and_throughput_run_on_the_shared_spark_session(kafka, spark):
         assert abs(figures["alo_over_noop"] - figures["at-least-once"] / figures["noop"]) < 0.01
     # busy time leaves out the time between batches: never a lower rate than the wall clock's
     assert out["busy"]["exactly-once"] >= out["exactly-once"] * 0.999
-    # the benches leave a session they did not start running, with its own state store (the usage
-    # job's would break the fraud job's transformWithState in the next test)
+    # the benches leave a session they did not start running, with its own state store
     assert spark.range(3).count() == 3
-    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == STATE_STORES["rocksdb"]
+    assert spark.conf.get("spark.sql.streaming.stateStore.providerClass") == ROCKSDB_PROVIDER

@@ -1,7 +1,6 @@
 """The usage job's guarantee queries on real Kafka and Spark, with decisions that break the contract
 among valid ones: none counted, each batch's rejects stored in `not_kept` with their reasons, for
-at-least-once (the parse's observed metric) and exactly-once (counted in the dedupe's own pass)
-alike."""
+at-least-once and exactly-once alike (the parse's observed metric, before exactly-once's dedupe)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +11,6 @@ from bench.harness.jobs import decision, producer
 from controlplane import fencing
 from pipelines import guarantees
 from pipelines.engine import metrics
-from pipelines.usage import dedupe
 from pipelines.usage.job import UsageJob, checkpoint_dir
 
 
@@ -48,7 +46,6 @@ def test_rejected_decisions_are_not_counted_and_are_stored_per_guarantee(kafka, 
             time.sleep(0.2)
     finally:
         spark.streams.removeListener(recorder)
-        dedupe.unload_all(spark)
 
     counts = guarantees.counts(job.db)
     fraud = sum(d["is_fraud"] for d in good)

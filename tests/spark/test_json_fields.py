@@ -1,6 +1,8 @@
 """cardstream.parse.JsonFields (pipelines/engine/jvm) against the Spark expressions it replaces:
 a text is JSON exactly when try_parse_json says so, and for every JSON value a field can hold its
-type is schema_of_variant's and its values are try_variant_get's, on the session's JVM."""
+type is schema_of_variant's and its values are try_variant_get's, on the session's JVM. Each
+comparison runs for both parses JSON_PARSE chooses: `scan` (JsonFields) and `spark`
+(sources.variant_fields, Spark's own functions), so a record gets the same verdict from either."""
 from __future__ import annotations
 
 import json
@@ -39,10 +41,13 @@ def expected(spark, docs: list[str]):
     return [r.asDict() if r["json"] else None for r in df.select(F.col("v").isNotNull().alias("json"), *cols).collect()]
 
 
-def actual(spark, docs: list[str]):
-    """JsonFields on the records' bytes, as the contract calls it; on their text too, the same."""
+PARSES = pytest.mark.parametrize("how", ["scan", "spark"])
+
+
+def actual(spark, docs: list[str], how: str = "scan"):
+    """The parse `how` on the records' bytes, as the contract calls it; on their text too, the same."""
     df = spark.createDataFrame([(d,) for d in docs], "text string")
-    fields = json_fields(spark, FIELDS)
+    fields = json_fields(spark, FIELDS, how)
     rows = df.select(fields(F.col("text").cast("binary")).alias("f"), fields(F.col("text")).alias("g")).collect()
     assert all(r["f"] == r["g"] for r in rows)
     out = [r["f"].asDict() if r["f"] is not None else None for r in rows]
@@ -77,14 +82,15 @@ def comparable(row: dict, kind_of: dict) -> dict:
     return out
 
 
-def test_every_json_value_gets_the_type_and_values_of_sparks_expressions(spark):
+@PARSES
+def test_every_json_value_gets_the_type_and_values_of_sparks_expressions(spark, how):
     docs = [json.dumps({n: "@"}).replace('"@"', value) for value in VALUES for n in FIELDS]
     docs += ["{}", '{"other": 1}', "[1]", '"s"', "12", "null"]  # absent fields; roots that are not objects
     # all four among other keys (a prefix of one, non-ASCII, empty, nested, 40 more), in any order;
     docs += ['{"zz": 1, "f": 1.5, "é": 2, "s": "x", "ss": "no", "": 0, "i": 7, "o": {"s": "in"}, "b": true}',
              json.dumps({**{f"k{j}": j for j in range(40)}, "b": False, "i": -3, "s": "y", "f": 2}),
              '{"o": {"s": "x", "i": 1}}']  # the names only inside a nested object: absent at the top
-    want, got = expected(spark, docs), actual(spark, docs)
+    want, got = expected(spark, docs), actual(spark, docs, how)
     assert len(got) == len(docs)
     for doc, w, g in zip(docs, want, got):
         assert g is not None, doc
@@ -124,8 +130,9 @@ PLAIN_EDGES += [doc for p in range(18) for x in ('"', '\\"', '\\n', "\t", "\x7f"
                             '{"x":"' + "v" * p + x + 'v","s":"' + "w" * p + '"}')]
 
 
-def test_the_plain_object_scan_decides_as_try_parse_json_and_reads_the_same_values(spark):
-    want, got = expected(spark, PLAIN_EDGES), actual(spark, PLAIN_EDGES)
+@PARSES
+def test_the_plain_object_scan_decides_as_try_parse_json_and_reads_the_same_values(spark, how):
+    want, got = expected(spark, PLAIN_EDGES), actual(spark, PLAIN_EDGES, how)
     for doc, w, g in zip(PLAIN_EDGES, want, got):
         assert (w is None) == (g is None), doc
         if w is not None:
@@ -178,8 +185,9 @@ def test_the_records_producers_write_take_the_scan_and_anything_else_the_builder
     assert scan.internal('{"x":"\u20ac","s":"\u00e9"}'.encode()) is not None
 
 
-def test_a_text_is_json_exactly_when_try_parse_json_says_so(spark):
-    want, got = expected(spark, NOT_JSON), actual(spark, NOT_JSON)
+@PARSES
+def test_a_text_is_json_exactly_when_try_parse_json_says_so(spark, how):
+    want, got = expected(spark, NOT_JSON), actual(spark, NOT_JSON, how)
     assert [w is None for w in want] == [g is None for g in got]
     assert sum(g is None for g in got) >= len(NOT_JSON) - 4  # mostly refusals: the test sees both answers
     assert any(g is not None for g in got)
@@ -201,3 +209,18 @@ def test_a_bad_field_spec_is_refused(spark, kinds):
         array[i] = k
     with pytest.raises(Exception, match="unknown kind|one kind per field"):
         jvm.cardstream.parse.JsonFields(names, array, False, True)
+
+
+def test_both_parses_refuse_bytes_that_are_not_utf8_and_agree_on_every_record(spark):
+    """The bytes as Kafka hands them, invalid UTF-8 among them: null from either parse, and the
+    same struct from both for everything else, record by record."""
+    raws = [b'{"s":"\xff"}', b'{"x":"a\xe2\x82","s":"v"}', b'\xff{}', b'{"s":"\xed\xa0\x80"}']
+    raws += [d.encode() for d in PLAIN_EDGES + NOT_JSON[:-1]]
+    df = spark.createDataFrame([(r,) for r in raws], "raw binary")
+    rows = df.select(json_fields(spark, FIELDS, "scan")(F.col("raw")).alias("scan"),
+                     json_fields(spark, FIELDS, "spark")(F.col("raw")).alias("spark")).collect()
+    assert all(r["scan"] is None and r["spark"] is None for r in rows[:4])
+    for raw, r in zip(raws, rows):
+        assert (r["scan"] is None) == (r["spark"] is None), raw
+        if r["scan"] is not None:
+            assert comparable(r["scan"].asDict(), FIELDS) == comparable(r["spark"].asDict(), FIELDS), raw

@@ -2,7 +2,9 @@
 shaped like the Kafka source: every kind of the simulator's malformed corpus gets its reason, the
 same one the Python mirror gives; valid transactions (edges included) pass with their values; no
 invalid record reaches `timestamp_millis`; the dead-letter head is bounded in bytes; decisions get
-the same contract and the rejected ones are counted, not dropped silently."""
+the same contract and the rejected ones are counted, not dropped silently. Every test runs with
+both parses of the records' JSON (JSON_PARSE: the JVM scan, and Spark's try_parse_json and variant
+functions): the same verdict, reason for reason."""
 from __future__ import annotations
 
 import json
@@ -11,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 import numpy as np
+import pytest
 from pyspark.sql import functions as F
 
 from infra.contracts import DEAD_LETTER_HEAD_BYTES, MAX_ID_BYTES, TRANSACTION_FIELDS, dead_letter_reason
@@ -19,6 +22,12 @@ from simulator import patterns as P
 
 NOW = 1_750_000_000_000
 KAFKA_DDL = "value binary, partition int, offset long, timestamp timestamp"
+
+
+@pytest.fixture(params=["scan", "spark"])
+def parsed(request, settings):
+    """The suite's settings with each JSON parse in turn."""
+    return replace(settings, json_parse=request.param)
 
 
 def kafka_frame(spark, values):
@@ -31,13 +40,13 @@ def fields(t=NOW - 1_000, **changes):
             "lat": 48.85661, "lon": 2.35222, "event_time": t, "produced_at": t, **changes}
 
 
-def test_every_malformed_kind_gets_its_reason_in_spark_as_in_python(spark, settings):
+def test_every_malformed_kind_gets_its_reason_in_spark_as_in_python(spark, parsed):
     rng = np.random.default_rng(5)
     cases = []
     for kind in P.BAD_KINDS:
         for _ in range(6 if kind in P.RANDOM_KINDS else 1):
             cases.append((kind, P.malformed(fields(), kind, rng)[0]))
-    rows = parse_transactions(kafka_frame(spark, [p for _, p in cases]), settings, now_ms=NOW).collect()
+    rows = parse_transactions(kafka_frame(spark, [p for _, p in cases]), parsed, now_ms=NOW).collect()
     assert len(rows) == len(cases)
     wrong = []
     for (kind, payload), row in zip(cases, sorted(rows, key=lambda r: r.offset)):
@@ -50,7 +59,7 @@ def test_every_malformed_kind_gets_its_reason_in_spark_as_in_python(spark, setti
     assert not wrong, wrong
 
 
-def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(spark, settings):
+def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(spark, parsed):
     ok = [fields(), fields(amount_cents=1, lat=-90, lon=180), fields(amount_cents=P.MAX_AMOUNT_CENTS),
           fields(txn_id="x" * MAX_ID_BYTES, card_id="\u20ac" * (MAX_ID_BYTES // 3)),
           fields(merchant_id=None, currency=None), fields(t=NOW - 7 * P.DAY_MS), fields(t=NOW + 300_000),
@@ -58,7 +67,7 @@ def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(sp
     payloads = [json.dumps(d, ensure_ascii=False).encode() for d in ok]
     payloads.append(P._json(fields()).replace(b":2500,", b":2.5e3,"))  # an integral number written otherwise
     bad = [P.malformed(fields(), kind, np.random.default_rng(1))[0] for kind in P.BAD_KINDS]
-    parsed = parse_transactions(kafka_frame(spark, payloads + bad), settings, now_ms=NOW)
+    parsed = parse_transactions(kafka_frame(spark, payloads + bad), parsed, now_ms=NOW)
     rows = sorted(parsed.collect(), key=lambda r: r.offset)
     assert [r.dlq_reason for r in rows[:len(payloads)]] == [None] * len(payloads)
     assert all(r.dlq_reason is not None for r in rows[len(payloads):])
@@ -71,7 +80,7 @@ def test_valid_transactions_pass_with_their_values_and_reach_timestamp_millis(sp
     assert valid.count() == len(payloads)
 
 
-def test_utf8_and_blank_ids_get_the_same_verdict_in_spark_as_in_python(spark, settings):
+def test_utf8_and_blank_ids_get_the_same_verdict_in_spark_as_in_python(spark, parsed):
     """The UTF-8 check sits in the JSON scan (is_valid_utf8 only for what it refuses): every kind of
     bad sequence, in a field asked for, in one that is not, and inside a nested value, is named as
     Python names it; valid multi-byte text passes. A blank id (spaces only) is empty."""
@@ -84,7 +93,7 @@ def test_utf8_and_blank_ids_get_the_same_verdict_in_spark_as_in_python(spark, se
         payloads += [json.dumps(fields(**{where: "t-" + g}), ensure_ascii=False).encode() for g in good]
     payloads += [json.dumps({**fields(), "note": {"x": ["@@"]}}).encode().replace(b"@@", b) for b in bad[:3]]
     payloads += [json.dumps(fields(txn_id=i)).encode() for i in ("   ", " t-1", "t-1 ", "", " ")]
-    rows = sorted(parse_transactions(kafka_frame(spark, payloads), settings, now_ms=NOW).collect(),
+    rows = sorted(parse_transactions(kafka_frame(spark, payloads), parsed, now_ms=NOW).collect(),
                   key=lambda r: r.offset)
     got = [r.dlq_reason for r in rows]
     assert got == [dead_letter_reason(p, NOW) for p in payloads]
@@ -93,28 +102,28 @@ def test_utf8_and_blank_ids_get_the_same_verdict_in_spark_as_in_python(spark, se
     assert rows[len(bad)].txn_id == "t-" + good[0]
 
 
-def test_a_currency_gets_the_same_verdict_in_spark_as_in_python(spark, settings):
+def test_a_currency_gets_the_same_verdict_in_spark_as_in_python(spark, parsed):
     # deferred: the store (sqlite-utils, pandas) loads only where used
     from tests.unit.test_validation import CURRENCIES
 
     payloads = [json.dumps(fields(currency=c), ensure_ascii=False).encode() for c, _ in CURRENCIES]
-    rows = sorted(parse_transactions(kafka_frame(spark, payloads), settings, now_ms=NOW).collect(),
+    rows = sorted(parse_transactions(kafka_frame(spark, payloads), parsed, now_ms=NOW).collect(),
                   key=lambda r: r.offset)
     assert [(c, r.dlq_reason) for (c, _), r in zip(CURRENCIES, rows)] == [(c, why) for c, why in CURRENCIES]
     assert [r.currency for r in rows[:3]] == ["EUR", "USD", "JPY"]
 
 
-def test_the_window_follows_the_settings_and_the_processing_time(spark, settings):
+def test_the_window_follows_the_settings_and_the_processing_time(spark, parsed):
     payload = P._json(fields(t=NOW - 3_600_000))
-    narrow = replace(settings, validation_past_seconds=60, validation_future_seconds=1)
-    assert parse_transactions(kafka_frame(spark, [payload]), settings, now_ms=NOW).first().dlq_reason is None
+    narrow = replace(parsed, validation_past_seconds=60, validation_future_seconds=1)
+    assert parse_transactions(kafka_frame(spark, [payload]), parsed, now_ms=NOW).first().dlq_reason is None
     assert parse_transactions(kafka_frame(spark, [payload]), narrow, now_ms=NOW).first().dlq_reason == \
         "event_time too far in the past"
     # by default `now` is each record's Kafka append time (NOW in kafka_frame), not the clock of
     # the batch that reads it: a record appended at NOW is judged at NOW, however late it is read
     wall = int(time.time() * 1000)
     rows = parse_transactions(kafka_frame(spark, [P._json(fields(t=NOW - 1_000)), P._json(fields(t=wall))]),
-                              settings).orderBy("offset").collect()
+                              parsed).orderBy("offset").collect()
     assert rows[0].dlq_reason is None
     assert rows[1].dlq_reason == "event_time too far in the future"
 
@@ -123,7 +132,7 @@ DECISION = {"txn_id": "t-1", "card_id": "c-1", "merchant_id": "m-1", "amount_cen
             "produced_at": NOW - 900, "decided_at": NOW - 800, "score": 0.1, "is_fraud": False, "is_late": False}
 
 
-def test_decisions_get_the_same_contract(spark, settings):
+def test_decisions_get_the_same_contract(spark, parsed):
     cases = [
         (DECISION, None),
         ({**DECISION, "event_time": 1_700_000_000_000}, None),  # old decisions are counted (replays, backlogs)
@@ -139,13 +148,13 @@ def test_decisions_get_the_same_contract(spark, settings):
     ]
     payloads = [json.dumps(d).encode() for d, _ in cases] + [b"\xff{}", b"[]", b""]
     expected = [r for _, r in cases] + ["invalid UTF-8", "not a JSON object", "empty payload"]
-    rows = sorted(decision_reasons(kafka_frame(spark, payloads), settings, now_ms=NOW).collect(),
+    rows = sorted(decision_reasons(kafka_frame(spark, payloads), parsed, now_ms=NOW).collect(),
                   key=lambda r: r.offset)
     assert [r.reason for r in rows] == expected
     assert rows[0].txn_id == "t-1" and rows[0].event_time == NOW - 1000 and rows[0].is_fraud is False
 
 
-def test_rejected_decisions_are_not_counted_and_are_reported_per_batch(spark, settings, tmp_path):
+def test_rejected_decisions_are_not_counted_and_are_reported_per_batch(spark, parsed, tmp_path):
     """parse_decisions in a real streaming query: the rejected ones are left out of the batch and
     counted in the query progress's observed metric."""
     good = [json.dumps({**DECISION, "txn_id": f"t-{i}", "event_time": int(time.time() * 1000)}).encode()
@@ -161,7 +170,7 @@ def test_rejected_decisions_are_not_counted_and_are_reported_per_batch(spark, se
               .select(F.element_at(F.array(*[F.lit(v) for v in values]), (F.col("value") + 1).cast("int")).alias("value"),
                       F.lit(0).alias("partition"), F.col("value").alias("offset"), F.col("timestamp")))
     seen = []
-    query = (parse_decisions(stream, s=settings).writeStream
+    query = (parse_decisions(stream, s=parsed).writeStream
              .foreachBatch(lambda df, _: seen.extend(r.txn_id for r in df.collect()))
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(once=True).start())
     query.awaitTermination(120)

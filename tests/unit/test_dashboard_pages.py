@@ -106,7 +106,7 @@ def expected(name: str, s) -> list[str]:
                        "started a new checkpoint", "crash on usage at", "Fraud job (its own exactly-once sinks)"],
         "faults": [*(f"Inject {k}" for k in FAULTS), "SIGKILL sent to usage driver pid 4242", "Zombie writes rejected",
                    "malformed JSON", "cold restart: median 7"],
-        "windows": ["Late events", "behind now", "usage-exactly-once", "DEDUPE_SECONDS (600 s)",
+        "windows": ["Late events", "behind now", "usage-exactly-once", "DEDUPE_SECONDS / 2 (300 s of 600 s)",
                     "WATERMARK_SECONDS (30 s)"],
         "checkpoints": ["usage-exactly-once", "Where each checkpoint stands", "running (not committed yet)",
                         "applied, applied", "applied, skipped", "killed by crash", "Batch history"],

@@ -23,7 +23,7 @@ def test_watermarks_with_their_sources(world):
     assert wm.loc["usage-windows", "source"] == "store"          # usage_watermarks wins for the windows
     assert wm.loc["usage-windows", "behind_s"] == pytest.approx(WATERMARK_MS / 1000, abs=1)
     assert wm.loc["fraud", "source"] == "spark" and 30 < wm.loc["fraud", "behind_s"] < 32
-    assert wm.loc["usage-exactly-once", "behind_s"] == pytest.approx(600, abs=1)  # DEDUPE_SECONDS
+    assert wm.loc["usage-exactly-once", "behind_s"] == pytest.approx(300, abs=1)  # DEDUPE_SECONDS / 2
     assert "usage-at-least-once" not in wm.index                 # a query without a watermark
 
 

@@ -235,13 +235,7 @@ def test_the_fraud_job_resolves_its_real_time_guarantee_once_from_its_arguments(
         parse_args([], load({"FRAUD_RT_GUARANTEE": "exactly-once"}))
 
 
-def test_the_usage_state_store_is_one_of_three_providers_or_a_clear_error():
-    from infra.config import STATE_STORES
-    from pipelines.usage.job import spark_conf
-
-    provider = "spark.sql.streaming.stateStore.providerClass"
-    assert spark_conf(load({}))[provider] == STATE_STORES["inplace"] == "cardstream.state.InPlaceStateStoreProvider"
-    assert spark_conf(load({"USAGE_STATE_STORE": "memory"}))[provider].endswith("HDFSBackedStateStoreProvider")
-    assert spark_conf(load({"USAGE_STATE_STORE": "rocksdb"}))[provider].endswith("RocksDBStateStoreProvider")
-    with pytest.raises(SystemExit, match="USAGE_STATE_STORE must be one of inplace, memory, rocksdb, not 'disk'"):
-        load({"USAGE_STATE_STORE": "disk"})
+def test_the_json_parse_is_one_of_two_or_a_clear_error():
+    assert load({}).json_parse == "scan" and load({"JSON_PARSE": "spark"}).json_parse == "spark"
+    with pytest.raises(SystemExit, match="JSON_PARSE must be one of scan, spark, not 'regex'"):
+        load({"JSON_PARSE": "regex"})

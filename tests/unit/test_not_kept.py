@@ -26,10 +26,6 @@ def test_a_batch_s_rejected_decisions_become_a_row():
     assert json.loads(row["detail"]) == ["empty txn_id", "malformed JSON"]
     assert rejected_row(progress(5, {DECISIONS_REJECTED: {"rejected": 0, "reasons": []}}), {}, "usage") is None
     assert rejected_row(progress(6, {}), {}, "usage") is None  # a query that does not read decisions
-    # exactly-once counts its rejects itself (metrics.note_rejected): the same row, from what it noted
-    noted = rejected_row(progress(7, {}), {}, "usage", {"rejected": 2, "reasons": ["missing field txn_id"]})
-    assert (noted["count"], json.loads(noted["detail"]), noted["batch_id"]) == (2, ["missing field txn_id"], 7)
-    assert rejected_row(progress(8, {}), {}, "usage", {"rejected": 0, "reasons": []}) is None
 
 
 def decision(txn_id: str, decided_at: int, batch_id: int) -> tuple:

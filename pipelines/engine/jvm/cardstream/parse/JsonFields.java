@@ -129,7 +129,7 @@ public final class JsonFields implements Serializable {
     return out == null ? null : new GenericInternalRow(out);
   }
 
-  /** `internal`'s answers as an array (DecisionCheck reads them without a row). */
+  /** `internal`'s answers as an array. */
   public Object[] answers(byte[] bytes) {
     return answers(bytes, 0, bytes.length);
   }
