@@ -1,9 +1,8 @@
 """Fetch the JVM jars CardStream runs on: the Kafka broker and the Spark-Kafka connector.
 
-Four small jars are compiled here too, against PySpark's own jars: the Kafka token shim
-(infra/shim), the local file system without a process per file (infra/localfs), the fraud
-job's JVM scoring and live profiles (pipelines/fraud/jvm) and the engine's (pipelines/engine/jvm:
-the contract's JSON field reader).
+Three small jars are compiled here too, against PySpark's own jars: the local file system
+without a process per file (infra/localfs), the fraud job's JVM scoring and live profiles
+(pipelines/fraud/jvm) and the engine's (pipelines/engine/jvm: the contract's JSON field reader).
 
 `python -m infra.jars` (run by `make setup`) is idempotent and quick when the jars are already
 there. Each folder is filled under a temporary name and renamed only when complete, with a
@@ -27,11 +26,9 @@ from infra.jvm import require_java
 
 INFRA = ROOT / "infra"
 KINDS = ("kafka", "spark")
-SHIM_JAR = "cardstream-kafka-token-shim.jar"
 # the Java sources compiled into the Spark jar folder: {jar name: source root}
 LOCAL_FS_JAR = "cardstream-local-fs.jar"
-JAVA_JARS = {SHIM_JAR: INFRA / "shim",
-             LOCAL_FS_JAR: INFRA / "localfs",
+JAVA_JARS = {LOCAL_FS_JAR: INFRA / "localfs",
              "cardstream-live-profiles.jar": ROOT / "pipelines" / "fraud" / "jvm",
              "cardstream-engine.jar": ROOT / "pipelines" / "engine" / "jvm"}
 OWN_JAR_PREFIX = "cardstream-"  # every jar compiled here is named so; no fetched one is
