@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from infra import kafka_client
@@ -85,14 +87,20 @@ class Producer(threading.Thread):
     """Keeps producing new decisions until stopped, `rate` a second.
 
     `duplicate_rate` is the share of them sent a second time (an upstream that writes at least
-    once): 0.1 sends one of every ten twice. `duplicates` counts those second copies.
+    once): 0.1 sends one of every ten twice. `duplicates` counts those second copies. With
+    `copy_ages` (lo, hi seconds) a second copy is of a decision sent between hi and lo seconds
+    before (picked at random; owed until one is that old), as an upstream that re-sends after a
+    timeout or its own restart; without, of one in the same step.
     """
 
     def __init__(self, s: Settings | None, topic: str, truth: Truth, rate: float = 100.0, start: int = 0,
-                 duplicate_rate: float = 0.0):
+                 duplicate_rate: float = 0.0, copy_ages: tuple[float, float] | None = None, seed: int = 7):
         super().__init__(daemon=True)
         self.s, self.topic, self.truth, self.rate = s, topic, truth, rate
         self.duplicate_rate = duplicate_rate
+        self.copy_ages = copy_ages
+        self._sent: deque = deque()  # (monotonic time sent, record), oldest first, with copy_ages
+        self._random = random.Random(seed)
         self.i = start
         self.sent_records = 0   # every record sent, second copies included
         self.duplicates = 0
@@ -105,7 +113,7 @@ class Producer(threading.Thread):
         while not self.halt.is_set():
             batch = [decision(self.i + k, (self.i + k) % 7 == 0) for k in range(step)]
             self._owed += step * self.duplicate_rate
-            again = batch[:min(step, int(self._owed))]
+            again = self._copies(batch, int(self._owed))
             self._owed -= len(again)
             produce(self.s, self.topic, batch + again, prod)
             self.truth.add(batch)
@@ -114,6 +122,18 @@ class Producer(threading.Thread):
             self.i += step
             self.halt.wait(step / self.rate)
         prod.close()
+
+    def _copies(self, batch: list[dict], owed: int) -> list[dict]:
+        """The second copies to send with `batch`: of its own records, or of older ones (`copy_ages`)."""
+        if self.copy_ages is None:
+            return batch[:min(len(batch), owed)]
+        now = time.monotonic()
+        lo, hi = self.copy_ages
+        while self._sent and now - self._sent[0][0] > hi:
+            self._sent.popleft()
+        old = [r for at, r in self._sent if now - at >= lo]
+        self._sent.extend((now, r) for r in batch)
+        return [self._random.choice(old) for _ in range(owed)] if old else []
 
     def stop(self):
         self.halt.set()
@@ -125,8 +145,11 @@ class JobProcess:
     checkpoints; `start` returns once its log says it runs (`ready`)."""
 
     def __init__(self, env: dict, args: list[str] | None = None, module: str = "pipelines.usage",
-                 ready: re.Pattern = USAGE_READY):
+                 ready: re.Pattern = USAGE_READY, own_group: bool = False):
+        """`own_group`: the child leads a process group of its own (its session), so `freeze` and
+        `wake` reach its Spark JVM too, as the supervisor's zombie fault does."""
         self.env = env
+        self.own_group = own_group
         self.args = ["--no-windows"] if args is None else args
         self.module, self.ready_line = module, ready
         self.proc: subprocess.Popen | None = None
@@ -137,7 +160,8 @@ class JobProcess:
         self.ready.clear()
         t0 = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", self.module, *self.args], env=self.env,
-                                     cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=self.own_group)
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         while not self.ready.wait(0.2):
             if self.proc.poll() is not None or time.monotonic() - t0 > timeout:
@@ -158,8 +182,19 @@ class JobProcess:
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+            if self.own_group:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
+
+    def freeze(self) -> None:
+        """SIGSTOP the job and its JVM (its process group): a long GC pause, a suspended VM."""
+        assert self.own_group, "a frozen job's JVM must be in its group"
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def wake(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
