@@ -9,7 +9,7 @@ sqlite-utils' docs tests).
 - README.md, docs/**/*.md and bench/RESULTS.md: every link to a file of the repository reaches one
   that exists, and every `#anchor` a heading of its page, by GitHub's slug rules (lowercase,
   punctuation removed, each space a hyphen, a repeated heading numbered).
-- README.md: a newcomer's page: at most 250 lines, dated only in its figures table, and no picture
+- README.md: a newcomer's page: at most 200 lines, dated only in its figures table, and no picture
   taken over a seeded store.
 """
 from __future__ import annotations
@@ -399,7 +399,7 @@ def test_no_test_over_a_seeded_store_writes_a_picture_into_the_docs():
 
 def test_the_readme_is_a_newcomer_s_page():
     lines = README.read_text().splitlines()
-    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move the detail to docs/"
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines: move the detail to docs/"
     figures = set(section(README, "Figures"))
     dated = [line for line in lines if re.search(r"\b20\d\d-\d\d-\d\d\b", line) and line not in figures]
     assert not dated, "the README is dated only in its figures table (the rest goes to bench/RESULTS.md):\n" + \
