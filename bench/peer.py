@@ -6,8 +6,8 @@ the Spark job has to beat it clearly to earn its JVM.
 Both engines do the same SystemUsage count with the same guarantee, one after the other, in one
 run, on the same data:
 - ours: the usage job's exactly-once query (pipelines.usage.job.UsageJob.start_query, as
-  bench/throughput.py drives it): JVM JSON parsing, each txn_id counted once per Kafka partition in the
-  stage that reads it (pipelines/usage/dedupe.py, its ids in files beside the checkpoint), count and
+  bench/throughput.py drives it): JVM JSON parsing, each txn_id counted once by Spark's
+  dropDuplicatesWithinWatermark on the session's RocksDB state (pipelines/usage/dedupe.py), count and
   fraud sum per micro-batch, results + the batch's sink-ledger record in one SQLite transaction. Trigger every
   `--commit-seconds` (1 s), Quix's commit interval (not the job's USAGE_TRIGGER_SECONDS, 5 s, which it ran at by
   mistake once the job's trigger became 5 s in 65791db: a backlog's last small batch waited for it), maxOffsetsPerTrigger as
@@ -35,7 +35,7 @@ Figures, measured the same way for both:
   end offsets from Spark's offset log, and the time of its write); Quix: both from its sink's
   commit row. Broker and engines run
   on this machine's clock. p50 and p99 are nearest-rank over those records.
-- ratio = ours_eps / quix_eps (goal: >= 3, issue 38).
+- ratio = ours_eps / quix_eps (goal: >= 3, issue 73: on Spark's own state).
 """
 from __future__ import annotations
 

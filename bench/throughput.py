@@ -2,8 +2,8 @@
 Spark's own Kafka -> no-op ceiling measured in the same run: `python -m bench throughput --json`.
 
 Fills a fresh decisions topic with N events from several producer processes, then runs the usage
-job's own query for each guarantee (pipelines.usage.UsageJob.start_query: same parsing, JVM
-aggregation, dedupe and sink rule) over it, one after the other in one Spark application, until
+job's own query for each guarantee (pipelines.usage.UsageJob.start_query: same parsing,
+aggregation, Spark's dedupe for exactly-once, and sink rule) over it, one after the other in one Spark application, until
 its sink has counted all N; and, in the same application over the same topic, Spark's Kafka source
 into the `noop` sink (the records read and materialised, nothing done: bench/limit.py's query).
 At-most-once is told to start from the earliest offset here (it normally starts from the latest),
@@ -28,7 +28,7 @@ Figures (events/s):
   printed before 2026-11-25; it leaves out the time between batches.
 - eo_over_alo, eo_over_noop: ratios of the wall-clock figures, both measured in this run;
   alo_over_noop, at-least-once over the no-op, the part of the ceiling left before exactly-once's
-  dedupe adds anything (exactly-once / no-op can be no higher, give or take the noise). With
+  shuffle and state store add anything (exactly-once / no-op can be no higher, give or take the noise). With
   --rounds above 1, `rounds` holds each round's own three ratios as well (their spread is the noise).
 - median_interval (with --rounds above 1): for each of the three ratios, the interval the rounds give
   its median at 95 % or more (order statistics; with eight rounds or fewer the extremes, at the
