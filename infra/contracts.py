@@ -145,6 +145,12 @@ GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
 # exactly-once): at-most-once restarts from the latest offsets, at-least-once from its checkpoint.
 RT_GUARANTEES = ("at-most-once", "at-least-once")
 
+# How a job process ends, as its supervisor reads it (pipelines/supervisor): a failure it restarts;
+# a refusal it does not (the store and the checkpoint disagree: a person must choose); fenced (a
+# newer instance holds the lease: the write was rejected); superseded (its queries were stopped
+# first, by Spark or by a lost lease).
+EXIT_FAILED, EXIT_REFUSED, EXIT_FENCED, EXIT_SUPERSEDED = 1, 2, 3, 4
+
 
 # ------------------------------------------------------------------ the contract's rules, in Python
 

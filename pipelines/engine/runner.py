@@ -27,13 +27,13 @@ from typing import Callable
 
 from controlplane import fencing
 from controlplane.clock import now_ms
+from infra.contracts import EXIT_FAILED, EXIT_SUPERSEDED
 from pipelines.engine import checkpoints
 from pipelines.engine.poison import Failure, Recorder, Streaks, signature
 from pipelines.restarts import Backoff, first_line
 
 log = logging.getLogger(__name__)
 
-EXIT_FAILED, EXIT_FENCED, EXIT_SUPERSEDED = 1, 3, 4
 
 
 @dataclass

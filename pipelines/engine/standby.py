@@ -226,7 +226,7 @@ def holder_runs(holder: str | None) -> bool:
 
 def exit_superseded(job: str, epoch: int, newer: int) -> None:
     """The process ends at once (exit 4, EXIT_SUPERSEDED): a newer instance owns the job."""
-    from pipelines.engine.runner import EXIT_SUPERSEDED
+    from infra.contracts import EXIT_SUPERSEDED
 
     log.error("%s: epoch %s no longer holds the lease (the job's epoch is %s): a newer instance took over while "
               "this one was stopped or starved; exiting before it plans or writes another batch", job, epoch, newer)

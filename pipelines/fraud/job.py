@@ -32,9 +32,10 @@ from controlplane.store import connect
 from infra import kafka_client, logs
 from infra.topics import ensure_topics
 from infra.config import Settings, load
+from infra.contracts import EXIT_REFUSED, EXIT_SUPERSEDED
 from pipelines.engine import checkpoints
 from pipelines.engine.poison import Streaks
-from pipelines.engine.runner import EXIT_SUPERSEDED, Poison, QueryRunner
+from pipelines.engine.runner import Poison, QueryRunner
 from pipelines.engine.session import get_spark, record_ui, warm_up
 from pipelines.engine.standby import Heartbeat, listen, takeover_due, wait_for_takeover
 from pipelines.fraud.analyzers import DEFAULT_LIMITS, limits_text
@@ -48,7 +49,6 @@ from pipelines.guarantees import AT_MOST_ONCE, RT_POLICIES, RealtimeGuarantee, r
 from pipelines.hooks import Faults
 
 JOB = "fraud"
-EXIT_REFUSED = 2
 log = logging.getLogger(JOB)
 
 

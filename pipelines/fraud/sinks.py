@@ -31,7 +31,7 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra import kafka_client
 from infra.config import Settings
-from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS
+from infra.contracts import DEAD_LETTER_HEAD_BYTES, DECISION_FIELDS, EXIT_FENCED, EXIT_REFUSED
 from pipelines.engine import checkpoints
 from pipelines.engine.stages import Stages
 from pipelines.fraud.features import CARD_HISTORY, FEATURE_LOG_FIELDS
@@ -39,8 +39,6 @@ from pipelines.fraud.realtime import EVER, TERMINALS_FILE, TerminalTable
 from pipelines.hooks import Faults
 
 JOB = "fraud"
-EXIT_FENCED = 3
-EXIT_REFUSED = 2  # the store cannot take this checkpoint's batch (ledger.ReusedBatch): no restart
 # A dead letter carries at most this many bytes of the raw payload (a 1 MiB message, or 200 KB
 # of invalid UTF-8, must not make the dead-letter record itself too large for the broker: at
 # most ~6 x this once JSON-escaped); `raw_bytes` says how long the payload was.

@@ -23,6 +23,7 @@ from controlplane.clock import now_ms
 from controlplane.store import connect
 from infra import broker, cluster, heap, kafka_client, logs
 from infra.config import Settings, load
+from infra.contracts import EXIT_REFUSED
 from infra.topics import ensure_topics
 from pipelines.engine import checkpoints
 from pipelines.restarts import Backoff
@@ -33,7 +34,6 @@ from pipelines.supervisor.processes import Child, last_line, send, spawn, standb
 
 JOB_MODULES = {"fraud": "pipelines.fraud", "usage": "pipelines.usage", "simulator": "simulator"}
 SPARK_JOBS = ("fraud", "usage")
-EXIT_REFUSED = 2         # the job refused to start (its store and checkpoint disagree): no restart
 log = logging.getLogger("supervisor")
 
 

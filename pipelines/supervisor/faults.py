@@ -15,6 +15,7 @@ from pathlib import Path
 from controlplane import commands, faults, fencing
 from controlplane.clock import now_ms
 from infra import broker, cluster, daemons
+from infra.contracts import EXIT_FENCED, EXIT_SUPERSEDED
 from pipelines.guarantees import RealtimeGuarantee, rt_policy
 from pipelines.supervisor.processes import last_error
 
@@ -320,10 +321,10 @@ class FaultExecutor:
                 z.proc.wait()
             rejected = self.db.execute("SELECT count(*) FROM rejected_writes WHERE job = ? AND ts >= ?",
                                        [z.job, z.resumed_ms]).fetchone()[0]
-            if code == 3 or rejected:
+            if code == EXIT_FENCED or rejected:
                 result = (f"zombie pid {z.proc.pid} woke with a stale epoch: {rejected} write(s) rejected "
                           f"by fencing; it exited with code {code}")
-            elif code == 4 and z.woke_stale:
+            elif code == EXIT_SUPERSEDED and z.woke_stale:
                 result = (f"zombie pid {z.proc.pid} woke with a stale epoch ({z.epoch}; the job's is "
                           f"{fencing.current_epoch(self.db, z.job)}) and exited (code 4) before writing: "
                           f"{_said(z.log_path, 'no longer holds the lease') or last_error(z.log_path)}")
@@ -337,7 +338,7 @@ class FaultExecutor:
                 result = (f"zombie pid {z.proc.pid} was stopped by Spark before it could write "
                           f"(exit code {code}): {last_error(z.log_path)}")
             commands.finish(self.db, z.command_id, result,
-                            ok=z.woke_stale and (bool(rejected) or code == 3 or code not in (None, 0)))
+                            ok=z.woke_stale and (bool(rejected) or code == EXIT_FENCED or code not in (None, 0)))
             self.zombies.remove(z)
 
     def wake_zombies(self) -> list[subprocess.Popen]:

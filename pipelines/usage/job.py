@@ -42,10 +42,10 @@ from controlplane.clock import now_ms
 from controlplane.store import connect, transaction
 from infra import kafka_client, logs
 from infra.config import Settings, load
-from infra.contracts import GUARANTEES
+from infra.contracts import EXIT_FENCED, EXIT_REFUSED, EXIT_SUPERSEDED, GUARANTEES
 from pipelines import guarantees
 from pipelines.engine import checkpoints
-from pipelines.engine.runner import EXIT_FENCED, EXIT_SUPERSEDED, QueryRunner
+from pipelines.engine.runner import QueryRunner
 from pipelines.engine.standby import Heartbeat, listen, takeover_due, wait_for_takeover
 from pipelines.guarantees import Guarantee
 from pipelines.hooks import Faults
@@ -53,7 +53,6 @@ from pipelines.restarts import first_line
 from pipelines.usage import dedupe
 
 JOB = "usage"
-EXIT_REFUSED = 2
 log = logging.getLogger(JOB)
 
 
