@@ -2,12 +2,13 @@
 
     python -m infra.cluster up | down | status
 
-`up` starts Kafka (`infra.broker.up`), then a Spark standalone Master and SPARK_WORKERS Workers,
+`up` starts Kafka (`infra.broker.up`) and, with HDFS on (CLUSTER=1), HDFS (`infra.hdfs.up`: a
+NameNode and a DataNode holding every checkpoint and state store), then a Spark standalone Master and SPARK_WORKERS Workers,
 each a detached JVM of its own (its own session, so a worker can be SIGKILLed and restarted by
 the `worker-down` fault without taking anything else with it), started through PySpark's own
 `spark-class`, with logs and work folders under the run folder's `cluster/`. It returns once the
 master reports every worker ALIVE. It is idempotent: what of ours already runs is left alone.
-`down` stops the workers (and their executors), the master, then Kafka.
+`down` stops the workers (and their executors), the master, then HDFS and Kafka.
 
 Jobs reach the master with CLUSTER=1 (SPARK_MASTER=spark://127.0.0.1:SPARK_MASTER_PORT); they
 ship their jars and Python packages with the application (pipelines/engine/session.py), as on a
@@ -29,7 +30,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import broker, daemons
+from infra import broker, daemons, hdfs
 from infra.config import Settings, load
 from infra.jvm import require_java
 
@@ -285,12 +286,15 @@ def wait_alive(s: Settings, workers: list[int], timeout: float = START_TIMEOUT_S
 
 
 def up(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> str:
-    """Start Kafka (unless `kafka` is False), the master and the missing workers; the master's URL.
-    A start that fails stops the Spark processes it started (not Kafka) before it says why."""
+    """Start Kafka (unless `kafka` is False), HDFS (with `s.hdfs`), the master and the missing
+    workers; the master's URL. A start that fails stops the Spark processes it started (not Kafka
+    or HDFS) before it says why."""
     s = s or load()
     t0 = time.monotonic()
     if kafka:
         broker.up(s, quiet=quiet)
+    if s.hdfs:
+        hdfs.up(s, quiet=quiet)
     s.cluster_dir.mkdir(parents=True, exist_ok=True)
     masters, workers = master_pids(s), worker_pids(s)
     taken = [p for p in ports(s)[:2] if not masters and _port_open(p)]
@@ -330,11 +334,15 @@ def kill_worker(s: Settings, i: int) -> tuple[int, list[int]]:
 
 
 def down(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> None:
-    """Stop the workers (a worker stops its executors), the master, stray executors, then Kafka."""
+    """Stop the workers (a worker stops its executors), the master, stray executors, then HDFS
+    (whatever HDFS of this run folder runs, whether or not `s.hdfs` says so: nothing left behind)
+    and Kafka."""
     s = s or load()
     killed = daemons.stop(list(worker_pids(s).values()), STOP_TIMEOUT_S)
     killed |= daemons.stop(master_pids(s), STOP_TIMEOUT_S)
     killed |= daemons.stop(executor_pids(s), 5)
+    if s.hdfs or any(hdfs.pids(s).values()):
+        hdfs.down(s, quiet=quiet)
     if kafka:
         broker.down(s, quiet=quiet)
     if not quiet:
@@ -356,6 +364,8 @@ def status(s: Settings | None = None) -> bool:
     for app in doc.get("activeapps", []):
         print(f"  application {app.get('id')} {app.get('name')}: {app.get('state')}, {app.get('cores')} cores")
     broker.status(s)
+    if s.hdfs:
+        return hdfs.status(s)
     return True
 
 
