@@ -246,6 +246,14 @@ class Settings:
         return self.run_dir / "hdfs"
 
     @property
+    def fraud_files(self) -> Path:
+        """The fraud job's real-time serving, seed and terminal files, which its JVM reads by local
+        path: in its checkpoint folder when that is local, else in the run folder."""
+        if isinstance(self.checkpoint_root, Path):
+            return self.checkpoint_root / "fraud"
+        return self.run_dir / "fraud-files"
+
+    @property
     def hdfs_uri(self) -> str:
         """The file system URI of the HDFS `make cluster-up` starts."""
         return f"hdfs://127.0.0.1:{self.hdfs_port}"
@@ -281,7 +289,7 @@ def _checkpoint_root(env, run_dir: Path, hdfs: bool, hdfs_port: int) -> Path | L
     own = f"hdfs://127.0.0.1:{hdfs_port}"
     text = env.get("CHECKPOINT_ROOT") or (f"{own}/cardstream/checkpoints" if hdfs else str(run_dir / "checkpoints"))
     web = env.get("WEBHDFS") or (f"http://127.0.0.1:{hdfs_port + 1}" if text.startswith(own + "/") else None)
-    return location(text, web, env.get("HADOOP_USER_NAME") or env.get("USER") or "cardstream")
+    return location(text, web, env.get("HADOOP_USER_NAME") or "cardstream")
 
 
 def load(env: dict | None = None) -> Settings:

@@ -239,3 +239,11 @@ def write_text(place: Place, text: str) -> None:
     _send(urllib.request.Request(target, data=text.encode(), method="PUT",
                                  headers={"Content-Type": "application/octet-stream"}), tmp)
     _call(tmp, "PUT", "RENAME", destination=place.path, renameoptions="OVERWRITE")
+
+
+def like(root: Place, text: str | Path) -> Place:
+    """`text` (a folder or a URI, from an argument) read with `root`'s WebHDFS address and user,
+    so an hdfs:// argument is readable as the settings' checkpoint root is."""
+    if is_remote(root):
+        return location(text, root.web, root.user)
+    return location(text)

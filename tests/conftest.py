@@ -30,6 +30,7 @@ os.environ.setdefault("KAFKA_CONTROLLER_PORT", "19093")
 os.environ.setdefault("SPARK_MASTER", "local[2]")
 os.environ.setdefault("SPARK_MASTER_PORT", "17077")      # the cluster tier's master (workers: the next ports)
 os.environ.setdefault("SPARK_MASTER_UI_PORT", "18080")
+os.environ.setdefault("HDFS_PORT", "39020")               # the cluster tier's HDFS (its NameNode; the next four ports too)
 os.environ.setdefault("SPARK_SHUFFLE_PARTITIONS", "2")
 os.environ.setdefault("TOPIC_PARTITIONS", "2")
 os.environ.setdefault("USAGE_TRIGGER_SECONDS", "1")       # the usage queries as often as the fraud job (5 s in the demo)
@@ -57,7 +58,7 @@ os.environ.setdefault("STANDBY_REHEARSAL_ROWS", "32")
 LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
 if LANE:
     os.environ["CARDSTREAM_RUN_DIR"] = str(Path(os.environ["CARDSTREAM_RUN_DIR"]) / f"lane-{LANE}")
-    for name in ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT"):
+    for name in ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT", "HDFS_PORT"):
         os.environ[name] = str(int(os.environ[name]) + 10 * LANE)
 
 import pytest  # noqa: E402
