@@ -192,15 +192,38 @@ def progress(db) -> tuple[int, int]:
     return decided, counts(db)["at-least-once"]["processed"]
 
 
-def grows(db, what: str, timeout: float = 120, by: int = 50) -> None:
+def grows(db, what: str, timeout: float = 120, by: int = 30) -> None:
     """Wait until both jobs have moved on by `by` records."""
     d0, u0 = progress(db)
     wait_for(lambda: (lambda d, u: d >= d0 + by and u >= u0 + by)(*progress(db)), timeout,
              f"both jobs to move on {what}")
 
 
+def start_all(jobs) -> None:
+    """Start the jobs side by side (each start is a JVM's and a session's: seconds of CPU)."""
+    errors: list[BaseException] = []
+
+    def start(job):
+        try:
+            job.start(timeout=240)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(job,)) for job in jobs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
 @pytest.mark.timeout(900)
 def test_both_jobs_on_hdfs_through_worker_down_crash_zombie_and_broker_down(spark_cluster, settings, tmp_path):
+    """Faults that can come together come together, so the run is a few minutes: a worker and the
+    broker go down at once; then the fraud driver is SIGKILLed (crash) while the usage driver is
+    frozen (zombie: its at-most-once query's fresh instance on HDFS, and fencing), and both
+    replacements start on the checkpoints on HDFS."""
     s, env = spark_cluster
     t_start = time.monotonic()
     laps: list[tuple[str, float]] = []
@@ -225,15 +248,11 @@ def test_both_jobs_on_hdfs_through_worker_down_crash_zombie_and_broker_down(spar
     def fraud_job() -> JobProcess:
         return JobProcess(run_env, args=[], module="pipelines.fraud", ready=FRAUD_READY)
 
-    def usage_job() -> JobProcess:
-        return JobProcess(run_env)
-
-    jobs = {"fraud": fraud_job(), "usage": usage_job()}
-    extra: list[JobProcess] = []
+    fraud, usage = fraud_job(), JobProcess(run_env)
+    gone: list[JobProcess] = []
     sender = Transactions(s_job, topics["TOPIC_TRANSACTIONS"], rate=40)
     try:
-        for job in jobs.values():
-            job.start(timeout=240)
+        start_all([fraud, usage])
         lap("both jobs running on the cluster")
         apps = {a["name"]: a["id"] for a in cluster.master_json(s)["activeapps"]}
         assert set(apps) == {"cardstream-fraud", "cardstream-usage"}, apps
@@ -243,45 +262,32 @@ def test_both_jobs_on_hdfs_through_worker_down_crash_zombie_and_broker_down(spar
         grows(db, "at the start", timeout=180)
         lap("decisions flowing through both jobs")
 
-        # worker-down: a worker SIGKILLed, its executors with it; the other worker goes on
+        # worker-down and broker-down: a worker SIGKILLed (its executors with it) and the broker
+        # stopped, both for 6 s; the jobs go on with the other worker once the broker is back
         pid, executors = cluster.kill_worker(s, 0)
         assert executors, "worker 0 ran no executor"
+        broker.down(settings, quiet=True)
         wait_for(lambda: not any(daemons.alive(p) for p in executors), 15, "the killed worker's executors to exit")
-        grows(db, "on one worker")
+        time.sleep(6)
+        broker.up(settings, quiet=True)
         cluster.start_worker(s, 0)
         cluster.wait_alive(s, [0], timeout=90)
-        lap("worker-down: both jobs went on, the worker is back")
+        grows(db, "after worker-down and broker-down", timeout=180)
+        lap("worker-down + broker-down: both jobs went on")
 
-        # crash: both drivers SIGKILLed, then started again on their checkpoints on HDFS
-        for job in jobs.values():
-            job.kill()
-        for job in jobs.values():
-            job.start(timeout=240)
-        grows(db, "after the crash")
-        lap("crash: both drivers killed and restarted")
-
-        # zombie: both frozen, replacements take the leases, the frozen ones wake and must stop
-        frozen = {name: tree(job.proc.pid) for name, job in jobs.items()}
-        for pids in frozen.values():
-            signal_tree(pids, signal.SIGSTOP)
-        zombies, jobs = jobs, {"fraud": fraud_job(), "usage": usage_job()}
-        extra.extend(zombies.values())
-        for job in jobs.values():
-            job.start(timeout=240)
-        grows(db, "on the replacements")
-        for pids in frozen.values():
-            signal_tree(pids, signal.SIGCONT)
-        for name, zombie in zombies.items():
-            code = zombie.wait_exit(120)
-            assert code in (3, 4), f"the {name} zombie exited {code}:\n" + "\n".join(zombie.lines[-30:])
-        lap("zombie: both woken zombies stopped, fenced")
-
-        # broker-down: the broker stops for 8 s and comes back
-        broker.down(settings, quiet=True)
-        time.sleep(8)
-        broker.up(settings, quiet=True)
-        grows(db, "after the broker came back", timeout=180)
-        lap("broker-down: both jobs went on")
+        # crash (fraud: SIGKILL) and zombie (usage: frozen while a replacement takes its lease)
+        frozen = tree(usage.proc.pid)
+        signal_tree(frozen, signal.SIGSTOP)
+        fraud.kill()
+        zombie, usage = usage, JobProcess(run_env)
+        gone.append(zombie)
+        fraud = fraud_job()
+        start_all([fraud, usage])
+        grows(db, "after the crash and on the usage replacement")
+        signal_tree(frozen, signal.SIGCONT)
+        code = zombie.wait_exit(120)
+        assert code in (3, 4), f"the usage zombie exited {code}:\n" + "\n".join(zombie.lines[-30:])
+        lap("crash + zombie: fraud restarted, the woken usage zombie stopped, fenced")
     finally:
         sender.stop()
     try:
@@ -293,7 +299,7 @@ def test_both_jobs_on_hdfs_through_worker_down_crash_zombie_and_broker_down(spar
         snap = wait_for(caught_up, 180, "both jobs to catch up with every transaction", interval=2)
         lap("caught up; audited")
     finally:
-        for job in [*jobs.values(), *extra]:
+        for job in [fraud, usage, *gone]:
             job.stop()
         db.conn.close()
     fraud, usage = snap["fraud"], snap["usage"]
