@@ -259,12 +259,12 @@ def serving_lines(version: int, threshold: float | None, folder: str | None, che
     from pathlib import Path
 
     from pipelines.fraud.features import CARD_FEATURES, CARD_PAST_FEATURES
-    from pipelines.fraud.models import MODEL_JSON, RULES
+    from pipelines.fraud.models import MODEL_JSON, RULES, export_path, export_text
 
     if version == RULES:
         return RULES, None, "version\t0\nend\n"
-    exported = Path(folder) / MODEL_JSON if folder else None
-    if exported is None or not exported.exists():
+    exported = export_path(folder) if folder else None  # local, or on hdfs:// (read by the JVM)
+    if exported is None or export_text(exported) is None:
         why = (f"model {version} has no export for the JVM ({MODEL_JSON}, which train.py writes beside the "
                f"MLlib files): the real-time path decides with the rules (model 0)")
         return RULES, why, f"version\t0\nwhy\t{why}\nend\n"

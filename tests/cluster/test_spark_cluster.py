@@ -13,6 +13,7 @@ session's) is enough here.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -23,6 +24,8 @@ import threading
 import time
 import uuid
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from controlplane.store import connect
@@ -313,3 +316,43 @@ def test_both_jobs_on_hdfs_through_worker_down_crash_zombie_and_broker_down(spar
     assert checkpoints.query_id(root / "fraud" / "decisions") and checkpoints.query_id(root / "usage-exactly-once")
     assert not (tmp_path / "checkpoints").exists()
     print("timings: " + ", ".join(f"{what} {t:.0f} s" for what, t in laps), file=sys.stderr)
+
+
+def test_a_model_version_saved_on_hdfs_is_loaded_served_and_scored_from_there(spark_cluster, spark, tmp_path):
+    """With the checkpoints on HDFS the model versions are too (models.models_dir): MLlib's files
+    and model.json written there, the version loaded back from there, its model.json read by the
+    JVM (ModelScore.text, as the executors read it) to score the stateful path, and named by the
+    real-time path's serving file."""
+    from pipelines.fraud import models, realtime, train
+    from tests.spark.test_model_export import estimators
+
+    s, _ = spark_cluster
+    s_hdfs = dataclasses.replace(s, checkpoint_root=hdfs_root(s, "models") / "checkpoints")
+    folder = models.models_dir(tmp_path, s_hdfs)
+    assert storage.is_remote(folder) and folder.name == "models"
+    features = models.MODEL_FEATURES
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({name: rng.random(600) for name in features})
+    frame["amount"] = rng.gamma(2.0, 40.0, 600)
+    frame["label"] = ((frame["t_risk_7d"] > 0.7) & (frame["amount"] > 80)).astype(int)
+    fitted = train.fit(spark, estimators()["gradient-boosted-trees"].setMaxIter(5), frame, features)
+    db = connect(tmp_path / "store.db")
+    row = {"explain": json.dumps(models.tree_explain(features)), "kind": "gradient-boosted-trees", "params": "{}",
+           "features": json.dumps(list(features)), "train_from": "2018-07-25", "train_to": "2018-07-31",
+           "as_of": "2018-08-08T00:00:00", "threshold": 0.5, "validation": "{}", "candidates": "[]",
+           "train_rows": 600, "train_frauds": int(frame["label"].sum()), "fit_s": 0.0, "created_at": 0}
+    version, path = models.save_version(db, folder, row, fitted, features, models.tree_explain(features))
+    assert str(path).startswith("hdfs://") and storage.stat(path / models.MODEL_JSON).size > 0
+
+    loaded = models.load(db)
+    assert loaded.version == version and loaded.path == str(path), loaded.why
+    assert models.jvm_verdict(loaded) == f"{path}/{models.MODEL_JSON}"
+    test = frame.head(50).assign(amount_cents=lambda f: (f["amount"] * 100).round().astype("int64"))
+    rows = test.drop(columns=["amount", "label"]).assign(row=range(len(test)))
+    out = models.scored_columns(spark.createDataFrame(rows), loaded).toPandas().sort_values("row")
+    assert np.allclose(out["score"].to_numpy(), train.score(spark, fitted, test, features), atol=1e-9)
+    assert out["explanation"].notna().all()  # the JVM's path attribution, from model.json on HDFS
+    served, why, text = realtime.serving_lines(version, 0.5, str(path), tmp_path)
+    assert served == version and why is None and f"model\t{path}/{models.MODEL_JSON}\n" in text
+    db.conn.close()
+    storage.remove(s_hdfs.checkpoint_root.parent)
