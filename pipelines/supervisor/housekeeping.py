@@ -33,7 +33,8 @@ from typing import Callable
 
 from controlplane.clock import now_ms
 from controlplane.store import connect, transaction
-from infra import broker, storage
+from infra import broker
+from infra.storage import is_remote, total_bytes
 from infra.config import Settings
 from pipelines.supervisor import memory
 
@@ -208,8 +209,8 @@ def seed_row(s: Settings) -> list[tuple[str, str, int, int]]:
 
 def checkpoint_bytes(root) -> int | None:
     """The checkpoint root's bytes: on disk for a local folder, the files' length on HDFS."""
-    if storage.is_remote(root):
-        return storage.total_bytes(root)
+    if is_remote(root):
+        return total_bytes(root)
     return memory.dir_bytes(root)
 
 
