@@ -291,17 +291,17 @@ def up(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> st
     or HDFS) before it says why."""
     s = s or load()
     t0 = time.monotonic()
+    masters, workers = master_pids(s), worker_pids(s)
+    taken = [p for p in ports(s)[:2] if not masters and _port_open(p)]
+    if taken:  # said before anything starts, so a refused start leaves nothing running
+        raise ClusterError(f"Port {taken[0]} on 127.0.0.1 is taken by another program, so the Spark master "
+                           f"cannot start; stop that program or pick free ports with SPARK_MASTER_PORT / "
+                           f"SPARK_MASTER_UI_PORT.")
     if kafka:
         broker.up(s, quiet=quiet)
     if s.hdfs:
         hdfs.up(s, quiet=quiet)
     s.cluster_dir.mkdir(parents=True, exist_ok=True)
-    masters, workers = master_pids(s), worker_pids(s)
-    taken = [p for p in ports(s)[:2] if not masters and _port_open(p)]
-    if taken:
-        raise ClusterError(f"Port {taken[0]} on 127.0.0.1 is taken by another program, so the Spark master "
-                           f"cannot start; stop that program or pick free ports with SPARK_MASTER_PORT / "
-                           f"SPARK_MASTER_UI_PORT.")
     require_java()
     conf_path(s).write_text("".join(f"{k} {v}\n" for k, v in DAEMON_CONF.items()))
     started: dict[str, int] = {}

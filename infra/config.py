@@ -200,6 +200,7 @@ class Settings:
     spark_workers: int = 2
     spark_worker_cores: int = 4
     spark_worker_memory: str = "2g"
+    spark_executor_jvm_opts: tuple[str, ...] = ()  # an application's executors' JVM options on a standalone master
     # HDFS on loopback (`make cluster-up` with CLUSTER=1, infra/hdfs.py): a NameNode on HDFS_PORT
     # (RPC) and HDFS_PORT + 1 (its web UI and WebHDFS), a DataNode on the next three; with it the
     # checkpoint root is hdfs://127.0.0.1:HDFS_PORT/cardstream/checkpoints
@@ -341,6 +342,7 @@ def load(env: dict | None = None) -> Settings:
         spark_workers=_int(env, "SPARK_WORKERS", 2),
         spark_worker_cores=_int(env, "SPARK_WORKER_CORES", 4),
         spark_worker_memory=env.get("SPARK_WORKER_MEMORY") or "2g",
+        spark_executor_jvm_opts=_words(env, "SPARK_EXECUTOR_JVM_OPTS"),
         fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-least-once",
         realtime_batch_seconds=_float(env, "REALTIME_BATCH_SECONDS", 300.0),
         realtime_max_replay=_int(env, "REALTIME_MAX_REPLAY", 50_000),

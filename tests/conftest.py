@@ -46,6 +46,8 @@ os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's sta
 # 11.7-12.5 CPU-s against 12.2-13.0 (bench/RESULTS.md#test-suite)
 os.environ.setdefault("SPARK_SUBMIT_OPTS",
                       "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
+# ... and so do the executors of the cluster tier's applications (the only tests with executor JVMs)
+os.environ.setdefault("SPARK_EXECUTOR_JVM_OPTS", "-XX:TieredStopAtLevel=1")
 # The brokers the tests start compile with C1 alone too: over the kafka tier a broker took 8.9-10.4
 # CPU-s against 15.9-16.3 with C2 (two runs each, bench/RESULTS.md#test-suite)
 os.environ.setdefault("KAFKA_JVM_OPTS", "-XX:TieredStopAtLevel=1")

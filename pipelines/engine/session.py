@@ -139,6 +139,8 @@ def cluster_conf(s: Settings, py_zip: Path) -> dict[str, str]:
             "spark.pyspark.python": sys.executable}
     if on_loopback_cluster(s):
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    if s.spark_executor_jvm_opts:
+        conf["spark.executor.extraJavaOptions"] = " ".join(s.spark_executor_jvm_opts)
     return conf
 
 
