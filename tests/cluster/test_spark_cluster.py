@@ -4,12 +4,13 @@ all on loopback, started once for this module (`make cluster-up`'s `infra.cluste
 Both jobs run on it as a cluster user would run them (spark://, jars and Python packages shipped
 with the application), the fraud job's decisions feeding the usage job, with every checkpoint and
 state store on hdfs://. Through one run: a worker is SIGKILLed (its executors die with it, the
-jobs go on with the other worker's, the worker comes back), both drivers are SIGKILLed and
-restarted, both are frozen as zombies while replacements take their leases and then woken (each
-must stop, fenced), and the broker stops and starts again. The audit, reading the checkpoints on
-HDFS over WebHDFS, is exact: the fraud job decided each transaction once, exactly-once equals the
-truth, at-least-once lost nothing, at-most-once duplicated nothing. One Kafka broker (the
-session's) is enough here.
+jobs go on with the other worker's, the worker comes back) while the broker stops and starts
+again; then the fraud driver is SIGKILLed and restarted (crash) while the usage driver is frozen,
+replaced and woken (zombie: it must stop, fenced). The audit, reading the checkpoints on HDFS
+over WebHDFS, is exact: the fraud job decided each transaction once, exactly-once equals the
+truth, at-least-once lost nothing, at-most-once duplicated nothing. A model version saved on
+HDFS is loaded, scored and served from there, and the Python reader is checked on the real
+NameNode. One Kafka broker (the session's) is enough here.
 """
 from __future__ import annotations
 
