@@ -31,8 +31,9 @@ kafka-up: setup
 kafka-down:
 	@if [ -x $(PY) ]; then $(PY) -m infra.broker down; else echo "nothing to stop: run make setup first."; fi
 
-# The local cluster: Kafka brokers, a Spark standalone master and its workers, all on 127.0.0.1
-# (infra/cluster.py). `make demo CLUSTER=1` starts it too and runs the jobs on it.
+# The local cluster: Kafka brokers, HDFS (a NameNode and a DataNode holding every checkpoint), a
+# Spark standalone master and its workers, all on 127.0.0.1 (infra/cluster.py, infra/hdfs.py).
+# `make demo CLUSTER=1` starts it too and runs the jobs on it.
 cluster-up cluster-down: export CLUSTER := 1
 
 cluster-up: setup
@@ -45,7 +46,7 @@ cluster-down:
 # tests run in TEST_LANES lanes (pytest-xdist workers; each test file whole in one lane, the second
 # lane with its own broker, ports and run folder .run/test/lane-1: tests/conftest.py); TEST_LANES=0
 # runs them one after another in one process. The last lines make sure nothing of the run is left:
-# the broker and the cluster tier's Spark master and workers are stopped even when pytest itself
+# the broker and the cluster tier's HDFS, Spark master and workers are stopped even when pytest itself
 # was killed, and any other process of the run (a Spark JVM, a job, Streamlit, Chromium) is named
 # and stopped, which fails the run.
 TEST_LANES ?= 2

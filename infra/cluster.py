@@ -2,12 +2,13 @@
 
     python -m infra.cluster up | down | status
 
-`up` starts Kafka (`infra.broker.up`), then a Spark standalone Master and SPARK_WORKERS Workers,
+`up` starts Kafka (`infra.broker.up`) and, with HDFS on (CLUSTER=1), HDFS (`infra.hdfs.up`: a
+NameNode and a DataNode holding every checkpoint and state store), then a Spark standalone Master and SPARK_WORKERS Workers,
 each a detached JVM of its own (its own session, so a worker can be SIGKILLed and restarted by
 the `worker-down` fault without taking anything else with it), started through PySpark's own
 `spark-class`, with logs and work folders under the run folder's `cluster/`. It returns once the
 master reports every worker ALIVE. It is idempotent: what of ours already runs is left alone.
-`down` stops the workers (and their executors), the master, then Kafka.
+`down` stops the workers (and their executors), the master, then HDFS and Kafka.
 
 Jobs reach the master with CLUSTER=1 (SPARK_MASTER=spark://127.0.0.1:SPARK_MASTER_PORT); they
 ship their jars and Python packages with the application (pipelines/engine/session.py), as on a
@@ -18,6 +19,7 @@ Our processes are found by their command line: each names this run's `cluster/sp
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -29,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import broker, daemons
+from infra import broker, daemons, hdfs
 from infra.config import Settings, load
 from infra.jvm import require_java
 
@@ -284,20 +286,32 @@ def wait_alive(s: Settings, workers: list[int], timeout: float = START_TIMEOUT_S
                        f"{log} ends with: {_tail(log)}")
 
 
+def _in_background(fn, *args) -> concurrent.futures.Future:
+    """`fn(*args)` on a thread of its own; its future (the thread ends with it)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
 def up(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> str:
-    """Start Kafka (unless `kafka` is False), the master and the missing workers; the master's URL.
-    A start that fails stops the Spark processes it started (not Kafka) before it says why."""
+    """Start Kafka (unless `kafka` is False), HDFS (with `s.hdfs`), the master and the missing
+    workers; the master's URL. A start that fails stops the Spark processes it started (not Kafka
+    or HDFS) before it says why."""
     s = s or load()
     t0 = time.monotonic()
-    if kafka:
-        broker.up(s, quiet=quiet)
-    s.cluster_dir.mkdir(parents=True, exist_ok=True)
     masters, workers = master_pids(s), worker_pids(s)
     taken = [p for p in ports(s)[:2] if not masters and _port_open(p)]
-    if taken:
+    if taken:  # said before anything starts, so a refused start leaves nothing running
         raise ClusterError(f"Port {taken[0]} on 127.0.0.1 is taken by another program, so the Spark master "
                            f"cannot start; stop that program or pick free ports with SPARK_MASTER_PORT / "
                            f"SPARK_MASTER_UI_PORT.")
+    if kafka:
+        broker.up(s, quiet=quiet)
+    # HDFS starts beside the Spark daemons (each waits on its own JVMs: ~10 s saved on two cores)
+    hdfs_start = _in_background(hdfs.up, s, quiet) if s.hdfs else None
+    s.cluster_dir.mkdir(parents=True, exist_ok=True)
     require_java()
     conf_path(s).write_text("".join(f"{k} {v}\n" for k, v in DAEMON_CONF.items()))
     started: dict[str, int] = {}
@@ -308,8 +322,12 @@ def up(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> st
             if i not in workers:
                 started[f"worker {i}"] = start_worker(s, i)
         doc = wait_alive(s, list(range(s.spark_workers)))
-    except ClusterError:
+        if hdfs_start is not None:
+            hdfs_start.result()  # raises its HdfsError, if it failed
+    except (ClusterError, hdfs.HdfsError):
         daemons.stop(list(started.values()), 5)
+        if hdfs_start is not None:
+            concurrent.futures.wait([hdfs_start])  # not left half-started behind the error
         raise
     if not quiet:
         what = f"started {', '.join(started)}" if started else "already running"
@@ -330,11 +348,15 @@ def kill_worker(s: Settings, i: int) -> tuple[int, list[int]]:
 
 
 def down(s: Settings | None = None, quiet: bool = False, kafka: bool = True) -> None:
-    """Stop the workers (a worker stops its executors), the master, stray executors, then Kafka."""
+    """Stop the workers (a worker stops its executors), the master, stray executors, then HDFS
+    (whatever HDFS of this run folder runs, whether or not `s.hdfs` says so: nothing left behind)
+    and Kafka."""
     s = s or load()
     killed = daemons.stop(list(worker_pids(s).values()), STOP_TIMEOUT_S)
     killed |= daemons.stop(master_pids(s), STOP_TIMEOUT_S)
     killed |= daemons.stop(executor_pids(s), 5)
+    if s.hdfs or any(hdfs.pids(s).values()):
+        hdfs.down(s, quiet=quiet)
     if kafka:
         broker.down(s, quiet=quiet)
     if not quiet:
@@ -356,6 +378,8 @@ def status(s: Settings | None = None) -> bool:
     for app in doc.get("activeapps", []):
         print(f"  application {app.get('id')} {app.get('name')}: {app.get('state')}, {app.get('cores')} cores")
     broker.status(s)
+    if s.hdfs:
+        return hdfs.status(s)
     return True
 
 

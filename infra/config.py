@@ -10,6 +10,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.storage import Location, location
+
 ROOT = Path(__file__).resolve().parent.parent
 # the state store of every stateful query of both jobs (a checkpoint keeps the provider it was
 # created with: Spark records it in its offset log)
@@ -100,7 +102,8 @@ class Settings:
     companion_trigger_seconds: float
     # Store and checkpoints
     store_path: Path
-    checkpoint_root: Path
+    # a local folder, or a Location (hdfs://, read from Python over WebHDFS: infra/storage.py)
+    checkpoint_root: Path | Location
     # Fraud scoring
     fraud_threshold: float
     state_ttl_minutes: int
@@ -196,6 +199,14 @@ class Settings:
     spark_workers: int = 2
     spark_worker_cores: int = 4
     spark_worker_memory: str = "2g"
+    spark_executor_jvm_opts: tuple[str, ...] = ()  # an application's executors' JVM options on a standalone master
+    # HDFS on loopback (`make cluster-up` with CLUSTER=1, infra/hdfs.py): a NameNode on HDFS_PORT
+    # (RPC) and HDFS_PORT + 1 (its web UI and WebHDFS), a DataNode on the next three; with it the
+    # checkpoint root is hdfs://127.0.0.1:HDFS_PORT/cardstream/checkpoints
+    hdfs: bool = False
+    hdfs_port: int = 8020
+    hdfs_heap: str = "256m"
+    hdfs_jvm_opts: tuple[str, ...] = ()
     topic_retention_hours: float = 168.0
     # how long a transactional send may wait for the broker before the batch fails (and replays)
     kafka_delivery_timeout_ms: int = 120_000
@@ -230,6 +241,24 @@ class Settings:
         return f"spark://127.0.0.1:{self.spark_master_port}"
 
     @property
+    def hdfs_dir(self) -> Path:
+        """The local HDFS's configuration, metadata, blocks and logs."""
+        return self.run_dir / "hdfs"
+
+    @property
+    def fraud_files(self) -> Path:
+        """The fraud job's real-time serving, seed and terminal files, which its JVM reads by local
+        path: in its checkpoint folder when that is local, else in the run folder."""
+        if isinstance(self.checkpoint_root, Path):
+            return self.checkpoint_root / "fraud"
+        return self.run_dir / "fraud-files"
+
+    @property
+    def hdfs_uri(self) -> str:
+        """The file system URI of the HDFS `make cluster-up` starts."""
+        return f"hdfs://127.0.0.1:{self.hdfs_port}"
+
+    @property
     def kafka_dir(self) -> Path:
         return self.run_dir / "kafka"
 
@@ -253,12 +282,24 @@ def _handbook_default() -> Path:
     return next((p for p in places if p.exists()), places[0])
 
 
+def _checkpoint_root(env, run_dir: Path, hdfs: bool, hdfs_port: int) -> Path | Location:
+    """CHECKPOINT_ROOT (a folder or a URI), else the local HDFS's /cardstream/checkpoints with HDFS
+    on (CLUSTER=1), else the run folder's checkpoints/. A URI's files are read from Python over
+    WEBHDFS, which defaults to the local NameNode's for its own URIs."""
+    own = f"hdfs://127.0.0.1:{hdfs_port}"
+    text = env.get("CHECKPOINT_ROOT") or (f"{own}/cardstream/checkpoints" if hdfs else str(run_dir / "checkpoints"))
+    web = env.get("WEBHDFS") or (f"http://127.0.0.1:{hdfs_port + 1}" if text.startswith(own + "/") else None)
+    return location(text, web, env.get("HADOOP_USER_NAME") or "cardstream")
+
+
 def load(env: dict | None = None) -> Settings:
     env = os.environ if env is None else env
     run_dir = Path(env.get("CARDSTREAM_RUN_DIR") or ROOT / ".run").resolve()
     cluster = (env.get("CLUSTER") or "0").lower() in ("1", "true", "yes", "on")
     brokers = _int(env, "KAFKA_BROKERS", 3 if cluster else 1)
     spark_master_port = _int(env, "SPARK_MASTER_PORT", 7077)
+    hdfs = (env.get("HDFS") or ("1" if cluster else "0")).lower() in ("1", "true", "yes", "on")
+    hdfs_port = _int(env, "HDFS_PORT", 8020)
     return Settings(
         run_dir=run_dir,
         external_bootstrap=env.get("KAFKA_BOOTSTRAP") or None,
@@ -300,6 +341,7 @@ def load(env: dict | None = None) -> Settings:
         spark_workers=_int(env, "SPARK_WORKERS", 2),
         spark_worker_cores=_int(env, "SPARK_WORKER_CORES", 4),
         spark_worker_memory=env.get("SPARK_WORKER_MEMORY") or "2g",
+        spark_executor_jvm_opts=_words(env, "SPARK_EXECUTOR_JVM_OPTS"),
         fraud_rt_guarantee=env.get("FRAUD_RT_GUARANTEE") or "at-least-once",
         realtime_batch_seconds=_float(env, "REALTIME_BATCH_SECONDS", 300.0),
         realtime_max_replay=_int(env, "REALTIME_MAX_REPLAY", 50_000),
@@ -317,7 +359,11 @@ def load(env: dict | None = None) -> Settings:
         dlq_trigger_seconds=_float(env, "DLQ_TRIGGER_SECONDS", 5.0),
         companion_trigger_seconds=_float(env, "COMPANION_TRIGGER_SECONDS", 10.0),
         store_path=Path(env.get("CARDSTREAM_DB") or run_dir / "cardstream.db").resolve(),
-        checkpoint_root=Path(env.get("CHECKPOINT_ROOT") or run_dir / "checkpoints").resolve(),
+        checkpoint_root=_checkpoint_root(env, run_dir, hdfs, hdfs_port),
+        hdfs=hdfs,
+        hdfs_port=hdfs_port,
+        hdfs_heap=env.get("HDFS_HEAP") or "256m",
+        hdfs_jvm_opts=_words(env, "HDFS_JVM_OPTS"),
         fraud_threshold=_float(env, "FRAUD_THRESHOLD", 0.7),
         state_ttl_minutes=_int(env, "STATE_TTL_MINUTES", 24 * 60),
         label_delay_days=_int(env, "LABEL_DELAY_DAYS", 7),

@@ -1,4 +1,4 @@
-"""Fetch the JVM jars CardStream runs on: the Kafka broker and the Spark-Kafka connector.
+"""Fetch the JVM jars CardStream runs on: the Kafka broker, the Spark-Kafka connector and HDFS.
 
 Three small jars are compiled here too, against PySpark's own jars: the local file system
 without a process per file (infra/localfs), the fraud job's JVM scoring and live profiles
@@ -25,7 +25,7 @@ from infra.config import ROOT, load
 from infra.jvm import require_java
 
 INFRA = ROOT / "infra"
-KINDS = ("kafka", "spark")
+KINDS = ("kafka", "spark", "hadoop")
 # the Java sources compiled into the Spark jar folder: {jar name: source root}
 LOCAL_FS_JAR = "cardstream-local-fs.jar"
 JAVA_JARS = {LOCAL_FS_JAR: INFRA / "localfs",
@@ -98,7 +98,7 @@ def is_complete(folder: Path, kind: str) -> bool:
 def _mvn(kind: str, out: Path) -> None:
     mvn = shutil.which("mvn")
     if not mvn:
-        raise SystemExit("Maven (`mvn`) is needed to fetch the Kafka and Spark jars but is not on "
+        raise SystemExit("Maven (`mvn`) is needed to fetch the Kafka, Spark and HDFS jars but is not on "
                          "the PATH; install it (for example `apt-get install maven`).")
     cmd = [mvn, "-B", "-q", "-U", "-Dstyle.color=never", "-s", str(INFRA / "maven-settings.xml"), "-f",
            str(INFRA / kind / "pom.xml"), "dependency:copy-dependencies",

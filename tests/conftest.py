@@ -30,6 +30,7 @@ os.environ.setdefault("KAFKA_CONTROLLER_PORT", "19093")
 os.environ.setdefault("SPARK_MASTER", "local[2]")
 os.environ.setdefault("SPARK_MASTER_PORT", "17077")      # the cluster tier's master (workers: the next ports)
 os.environ.setdefault("SPARK_MASTER_UI_PORT", "18080")
+os.environ.setdefault("HDFS_PORT", "39020")               # the cluster tier's HDFS (its NameNode; the next four ports too)
 os.environ.setdefault("SPARK_SHUFFLE_PARTITIONS", "2")
 os.environ.setdefault("TOPIC_PARTITIONS", "2")
 os.environ.setdefault("USAGE_TRIGGER_SECONDS", "1")       # the usage queries as often as the fraud job (5 s in the demo)
@@ -45,6 +46,8 @@ os.environ.setdefault("COMPANION_TRIGGER_SECONDS", "5")   # real-time mode's sta
 # 11.7-12.5 CPU-s against 12.2-13.0 (bench/RESULTS.md#test-suite)
 os.environ.setdefault("SPARK_SUBMIT_OPTS",
                       "-XX:TieredStopAtLevel=1 -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote")
+# ... and so do the executors of the cluster tier's applications (the only tests with executor JVMs)
+os.environ.setdefault("SPARK_EXECUTOR_JVM_OPTS", "-XX:TieredStopAtLevel=1")
 # The brokers the tests start compile with C1 alone too: over the kafka tier a broker took 8.9-10.4
 # CPU-s against 15.9-16.3 with C2 (two runs each, bench/RESULTS.md#test-suite)
 os.environ.setdefault("KAFKA_JVM_OPTS", "-XX:TieredStopAtLevel=1")
@@ -57,7 +60,7 @@ os.environ.setdefault("STANDBY_REHEARSAL_ROWS", "32")
 LANE = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
 if LANE:
     os.environ["CARDSTREAM_RUN_DIR"] = str(Path(os.environ["CARDSTREAM_RUN_DIR"]) / f"lane-{LANE}")
-    for name in ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT"):
+    for name in ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT", "HDFS_PORT"):
         os.environ[name] = str(int(os.environ[name]) + 10 * LANE)
 
 import pytest  # noqa: E402

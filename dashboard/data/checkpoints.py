@@ -19,13 +19,13 @@ the batches run again after a restart, from Spark's own logs and the sink ledger
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import pandas as pd
 
 from controlplane import ledger
 from dashboard.data.store import LEDGER_ROWS, frame, now_ms, since, to_time
+from infra import storage as files  # `storage` below is the disk figures' frame
 from infra.contracts import GUARANTEES
+from infra.storage import Place
 from pipelines.engine import checkpoints
 from pipelines.engine.stages import STAGES, batch_breakdowns
 from pipelines.guarantees import POLICIES
@@ -78,9 +78,9 @@ def state_now(batch_df: pd.DataFrame) -> pd.DataFrame:
 
 # --- Spark's own logs -----------------------------------------------------------------------------
 
-def folders(root: Path) -> dict[str, tuple[str, Path]]:
-    """{query: (job, checkpoint folder)} of every streaming query CardStream runs."""
-    root = Path(root)
+def folders(root: Place) -> dict[str, tuple[str, Place]]:
+    """{query: (job, checkpoint folder)} of every streaming query CardStream runs (`root`: a local
+    Path or a Location, infra.storage)."""
     out = {p.query: ("usage", root / p.query) for p in (POLICIES[g] for g in GUARANTEES)}
     out[WINDOWS_QUERY] = ("usage", root / WINDOWS_QUERY)
     out.update({"fraud": ("fraud", root / "fraud" / "decisions"), "fraud-dlq": ("fraud", root / "fraud" / "dlq"),
@@ -88,10 +88,10 @@ def folders(root: Path) -> dict[str, tuple[str, Path]]:
     return out
 
 
-def planned_at(folder: Path, batch_id: int) -> int | None:
+def planned_at(folder: Place, batch_id: int) -> int | None:
     """When Spark planned a batch: batchTimestampMs in its offset-log entry (kept on a replay)."""
     try:
-        lines = Path(folder, "offsets", str(batch_id)).read_text().splitlines()
+        lines = (files.read_text(checkpoints.resolve(folder) / "offsets" / str(batch_id)) or "").splitlines()
         meta = json.loads(lines[1]) if len(lines) > 1 and lines[0].startswith("v") else {}
         value = meta.get("batchTimestampMs")
         return int(value) if value else None
@@ -99,22 +99,17 @@ def planned_at(folder: Path, batch_id: int) -> int | None:
         return None
 
 
-def committed_at(folder: Path, batch_id: int) -> int | None:
+def committed_at(folder: Place, batch_id: int) -> int | None:
     """When Spark committed a batch: the time its commit-log file was written."""
-    try:
-        return int(Path(folder, "commits", str(batch_id)).stat().st_mtime * 1000)
-    except OSError:
-        return None
+    entry = files.stat(checkpoints.resolve(folder) / "commits" / str(batch_id))
+    return entry.mtime_ms if entry else None
 
 
-def _ids(folder: Path) -> list[int]:
-    try:
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-    except OSError:
-        return []
+def _ids(folder: Place) -> list[int]:
+    return sorted(int(e.name) for e in files.entries(folder) if e.name.isdigit())
 
 
-def positions(root: Path, now: int | None = None) -> pd.DataFrame:
+def positions(root: Place, now: int | None = None) -> pd.DataFrame:
     """Where each checkpoint stands, read from its files: query id, committed and planned batch,
     and, for a batch planned but not committed, when it was planned."""
     now = now or now_ms()
@@ -145,7 +140,7 @@ def restart_times(db, start_ms: int) -> pd.DataFrame:
                      "ORDER BY at LIMIT 1000", [start_ms, start_ms, start_ms])
 
 
-def log_reruns(root: Path, restarts: pd.DataFrame) -> pd.DataFrame:
+def log_reruns(root: Place, restarts: pd.DataFrame) -> pd.DataFrame:
     """Batches still in the logs that were planned before a restart of their job and committed
     after it (the commit came from the next run: it ran the batch again, with the same offsets)."""
     rows = []
@@ -153,8 +148,9 @@ def log_reruns(root: Path, restarts: pd.DataFrame) -> pd.DataFrame:
         mine = restarts[restarts["job"] == job].sort_values("at") if not restarts.empty else restarts
         if mine.empty:
             continue
-        committed = set(_ids(Path(folder, "commits")))
-        for batch_id in _ids(Path(folder, "offsets")):
+        spark_folder = checkpoints.resolve(folder)
+        committed = set(_ids(spark_folder / "commits"))
+        for batch_id in _ids(spark_folder / "offsets"):
             if batch_id not in committed:
                 continue
             planned, done = planned_at(folder, batch_id), committed_at(folder, batch_id)

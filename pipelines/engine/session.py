@@ -4,9 +4,9 @@ On a Spark standalone master (`spark://`, CLUSTER=1) the application carries wha
 need, as on a real cluster: the connector and our jars (spark.jars: local files the driver serves,
 nothing downloaded at job start), the project's Python packages as one zip (spark.submit.pyFiles),
 the interpreter to run them with, and executors bounded to fit a worker. Checkpoints stay under
-CHECKPOINT_ROOT: the executors write state there, so it must be a path every process can reach;
-on this loopback cluster a local folder is, on a real one it must be a shared file system or an
-object store.
+CHECKPOINT_ROOT: the executors write state there, so it must be a place every process can reach:
+with CLUSTER=1 the loopback HDFS (infra/hdfs.py; Spark's own Hadoop client reads hdfs:// URIs),
+on a real cluster a distributed file system or an object store.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from infra import hdfs
 from infra.config import ROCKSDB_PROVIDER, ROOT, Settings, load
 from pipelines.engine import cds
 from infra.jars import is_complete
@@ -102,6 +103,9 @@ def get_spark(app_name: str = "cardstream", s: Settings | None = None, **extra_c
     else:
         for key, value in cluster_conf(s, python_zip(s.run_dir / "pyfiles")).items():
             builder = builder.config(key, value)
+    if hdfs.is_ours(s, str(s.checkpoint_root)):  # one DataNode: blocks kept once
+        for key, value in hdfs.client_conf(s).items():
+            builder = builder.config(key, value)
     for key, value in extra_conf.items():
         builder = builder.config(key.replace("_", "."), value)
     spark = builder.getOrCreate()
@@ -135,6 +139,8 @@ def cluster_conf(s: Settings, py_zip: Path) -> dict[str, str]:
             "spark.pyspark.python": sys.executable}
     if on_loopback_cluster(s):
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    if s.spark_executor_jvm_opts:
+        conf["spark.executor.extraJavaOptions"] = " ".join(s.spark_executor_jvm_opts)
     return conf
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from controlplane import fencing, ledger
 from controlplane.store import connect
-from infra import kafka_client, logs
+from infra import kafka_client, logs, storage
+from infra.storage import Place
 from infra.topics import ensure_topics
 from infra.config import Settings, load
 from infra.contracts import EXIT_REFUSED, EXIT_SUPERSEDED
@@ -62,7 +63,7 @@ class Options:
     transactions_topic: str
     decisions_topic: str
     dlq_topic: str
-    checkpoint: Path
+    checkpoint: Place  # a local folder or a URI (infra.storage)
     store_path: Path
     threshold: float
     realtime_batch_seconds: float = 300.0
@@ -73,6 +74,13 @@ class Options:
     standby: bool = False             # start warm, waiting for the job's lease
     labels_topic: str = "labels"      # the feedback the terminal features learn from
     features_topic: str = "features"  # the feature log: every decision's features, exactly once
+    # the real-time path's serving, seed and terminal files, which its JVM reads by local path: the
+    # checkpoint folder when that is local, else this local folder (parse_args: the run folder's)
+    files: Path | None = None
+
+    @property
+    def local_files(self) -> Path:
+        return self.files or Path(self.checkpoint)
 
 
 def parse_args(argv: list[str], s: Settings) -> Options:
@@ -101,7 +109,8 @@ def parse_args(argv: list[str], s: Settings) -> Options:
                         + ". The stateful path decides every transaction exactly once either way.")
     p.add_argument("--standby", action="store_true",
                    help="start as a warm standby: session up, waiting for the job's lease")
-    p.add_argument("--checkpoint", type=Path, default=s.checkpoint_root / JOB,
+    p.add_argument("--checkpoint", type=lambda text: storage.like(s.checkpoint_root, text),
+                   default=s.checkpoint_root / JOB,
                    help="this job's checkpoint folder (one sub-folder per query)")
     p.add_argument("--store", type=Path, default=s.store_path)
     p.add_argument("--threshold", type=float, default=s.fraud_threshold)
@@ -124,9 +133,9 @@ def parse_args(argv: list[str], s: Settings) -> Options:
         p.error("--available-now works in micro-batch mode only")
     return Options(a.mode, a.starting_offsets, a.available_now, a.trigger_seconds,
                    a.max_offsets_per_trigger, a.transactions_topic, a.decisions_topic, a.dlq_topic,
-                   a.checkpoint.resolve(), a.store.resolve(), a.threshold, a.realtime_batch_seconds,
+                   a.checkpoint, a.store.resolve(), a.threshold, a.realtime_batch_seconds,
                    a.markers_topic, a.realtime_topic, rt_policy(a.guarantee), a.standby, a.labels_topic,
-                   a.features_topic)
+                   a.features_topic, s.fraud_files if storage.is_remote(a.checkpoint) else None)
 
 
 def read_transactions(spark, o: Options, s: Settings):
@@ -382,7 +391,7 @@ def check_bound(db, o: Options) -> None:
             sys.exit(EXIT_REFUSED)
 
 
-def check_layout(folder: Path, buckets: int, processor: str = "jvm") -> str | None:
+def check_layout(folder: Place, buckets: int, processor: str = "jvm") -> str | None:
     """Refuse a checkpoint whose state another layout wrote: the other processor's state
     (FRAUD_PROCESSOR: a value per card, or the pandas processor's map entry per card under a
     bucket key; Spark would fail the query on its state schema at every restart), another
@@ -391,9 +400,8 @@ def check_layout(folder: Path, buckets: int, processor: str = "jvm") -> str | No
     or None after recording the layout beside the checkpoint (`decisions-layout.json`)."""
     layout = STATE_LAYOUTS[processor]
     record = folder.parent / f"{folder.name}-layout.json"
-    offsets = folder / "offsets"
-    if offsets.is_dir() and any(offsets.iterdir()):
-        recorded = json.loads(record.read_text()) if record.exists() else {}
+    if storage.entries(folder / "offsets"):
+        recorded = json.loads(storage.read_text(record) or "{}")
         if recorded.get("state") not in STATE_LAYOUTS.values():
             return (f"the fraud checkpoint {folder} holds state of an older layout "
                     f"({recorded.get('state') or 'one JSON value per card bucket'}), which this version cannot "
@@ -407,10 +415,9 @@ def check_layout(folder: Path, buckets: int, processor: str = "jvm") -> str | No
                     f"{recorded.get('fraud_state_buckets')} buckets, not {buckets}: set FRAUD_STATE_BUCKETS="
                     f"{recorded.get('fraud_state_buckets')}, or run `make clean` to start the state afresh")
         return None
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fraud_state_buckets": buckets, "state": layout}))
-    os.replace(tmp, record)  # never half a file, even on a crash
+    storage.make_dirs(folder.parent)
+    # never half a file, even on a crash
+    storage.write_text(record, json.dumps({"fraud_state_buckets": buckets, "state": layout}))
     return None
 
 
@@ -599,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     check_bound(db, o)
     refuse_other_layout(o, s)
     spark = open_session(o, s)
-    o.checkpoint.mkdir(parents=True, exist_ok=True)
+    storage.make_dirs(o.checkpoint)
     stop = stop_on_signal()
     # a standby loads the model it would serve while it waits (a takeover then plans with it at once)
     held = models.Held(db, JOB) if o.standby else None

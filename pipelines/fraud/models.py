@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra import storage
 from pipelines.fraud.features import MODEL_FEATURES  # noqa: F401 - the one list, named here too
 RULES = 0
 log = logging.getLogger("fraud")
@@ -35,8 +36,34 @@ class Loaded:
     path: str | None = None      # its folder: the MLlib files and model.json (the JVM's export)
 
 
-def models_dir(store_folder: Path) -> Path:
+def models_dir(store_folder: Path, s=None):
+    """Where versions are saved: beside the store; or beside the checkpoints when the settings `s`
+    put those on a distributed file system (hdfs://), where every executor reads its model."""
+    if s is not None and storage.is_remote(s.checkpoint_root):
+        return s.checkpoint_root.with_name("models")
     return Path(store_folder) / "models"
+
+
+def export_path(folder: str | Path):
+    """A version folder's model.json: a Path, or a URI (a string) for a folder on hdfs://."""
+    return storage.join(str(folder), MODEL_JSON) if "://" in str(folder) else Path(folder) / MODEL_JSON
+
+
+def export_text(path) -> str | None:
+    """model.json's text, None when absent: a local file read here, a URI through the driver's JVM
+    (ModelScore.text, Hadoop's FileSystem: the same read as the executors')."""
+    if "://" not in str(path):
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return None
+    from pyspark.sql import SparkSession  # deferred: only a driver reads a model on hdfs://
+
+    spark = SparkSession.getActiveSession()
+    try:
+        return spark._jvm.cardstream.fraud.ModelScore.text(str(path)) if spark else None
+    except Exception:  # noqa: BLE001 - py4j's error for an unreadable file: no export
+        return None
 
 
 def register(db, row: dict) -> int:
@@ -51,7 +78,7 @@ def save_version(db, folder: Path, row: dict, pipeline, features, explain: dict 
     """Register `row` as the next version and save its fitted `pipeline` under `folder`/vN: the
     MLlib files and, beside them, model.json (what the JVM scores with); (its number, its folder)."""
     version = register(db, {**row, "path": ""})
-    path = Path(folder) / f"v{version}"
+    path = folder / f"v{version}"  # a Path, or a Location (models_dir)
     pipeline.write().overwrite().save(str(path))
     write_export(pipeline, features, path, explain)
     with db.conn:
@@ -210,12 +237,10 @@ def export(pipeline, features, explain: dict | None = None) -> dict:
             "assembler": {"handleInvalid": assembler.getHandleInvalid()}, **scoring}
 
 
-def write_export(pipeline, features, folder: Path, explain: dict | None = None) -> Path:
-    """export() as `folder`/model.json, whole or not at all."""
-    path = Path(folder) / MODEL_JSON
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(export(pipeline, features, explain)))
-    tmp.replace(path)
+def write_export(pipeline, features, folder, explain: dict | None = None):
+    """export() as `folder`/model.json, whole or not at all (`folder`: a Path or a Location)."""
+    path = folder / MODEL_JSON
+    storage.write_text(path, json.dumps(export(pipeline, features, explain)))
     return path
 
 
@@ -243,16 +268,18 @@ def rules_explanation():
     return explanation(scores, scores)
 
 
-def jvm_verdict(loaded: Loaded) -> Path | None:
+def jvm_verdict(loaded: Loaded):
     """The version's model.json when the stateful path scores with it in the JVM (ModelScore.verdict):
     a tree ensemble explained by path attribution, its assembler keeping missing values as NaN (as
     the JVM does). None: MLlib's transform (a logistic regression, or a version without the file)."""
-    exported = Path(loaded.path) / MODEL_JSON if loaded.path else None
-    if not (loaded.explain and loaded.explain.get("method") == PATH_ATTRIBUTION and exported and exported.exists()):
+    exported = export_path(loaded.path) if loaded.path else None
+    text = export_text(exported) if exported and loaded.explain and loaded.explain.get("method") == PATH_ATTRIBUTION \
+        else None
+    if text is None:
         return None
     try:
-        spec = json.loads(exported.read_text())
-    except (OSError, ValueError):
+        spec = json.loads(text)
+    except ValueError:
         return None
     keeps = spec.get("assembler", {}).get("handleInvalid") == "keep"
     return exported if keeps and "trees" in spec and tuple(spec.get("features") or ()) == tuple(loaded.features) else None
@@ -323,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
 
     get_spark("cardstream-model-export", s)
     explain = json.loads(row["explain"]) if row.get("explain") else None
-    path = write_export(PipelineModel.load(row["path"]), json.loads(row["features"]), Path(row["path"]), explain)
+    path = write_export(PipelineModel.load(row["path"]), json.loads(row["features"]),
+                        storage.like(s.checkpoint_root, row["path"]), explain)
     print(json.dumps({"version": row["version"], "kind": row["kind"], "export": str(path)}))
     return 0
 

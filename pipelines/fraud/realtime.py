@@ -140,7 +140,7 @@ def build(spark, o, s: Settings, starts: dict, seed_path: str, emit_from_ms: int
                               s, now_ms=wall_clock_ms())
     valid = txns.where(F.col("dlq_reason").isNull())
     decision = decisions(valid, seed_path, emit_from_ms, o.threshold, s.watermark_seconds * 1000,
-                         str(o.checkpoint / SERVING_FILE))
+                         str(o.local_files / SERVING_FILE))
     return decision.select(F.col("txn_id").alias("key"),
                            F.to_json(F.struct(*list(RT_DECISION_FIELDS))).alias("value"))
 
@@ -207,10 +207,10 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
     if snapshot.as_of is None and plan.holes:
         # a hole without a cut: the profiles miss everything from the first record they skip
         plan.holes.update(record_times(s, topic, plan.missed))
-    seeds = o.checkpoint / "realtime-seeds"
+    seeds = o.local_files / "realtime-seeds"
     # the companion's terminal table says since when it has decided every payment: its card
     # histories (in the snapshot) hold every payment since then too
-    complete_from = TerminalTable(o.checkpoint / TERMINALS_FILE, 0).complete_from
+    complete_from = TerminalTable(o.local_files / TERMINALS_FILE, 0).complete_from
     path = seed.write(seeds / f"{started_at}.tsv",
                       seed.seed_lines(topic, snapshot, plan, limits, ttl_ms, len(latest), now=started_at,
                                       history_from=seed.history_from(snapshot, complete_from),
@@ -222,10 +222,10 @@ def start(spark, o, s: Settings, started_at: int, sink: str, limits: Limits = DE
     run_folder = checkpoints.fresh_instance(folder, epoch, current=current)
     db = store.connect(o.store_path)
     try:
-        publish_model(db, o.checkpoint, sink)  # the version the stateful path decides with
+        publish_model(db, o.local_files, sink)  # the version the stateful path decides with
     finally:
         db.conn.close()
-    _FOLLOWING["checkpoint"] = o.checkpoint
+    _FOLLOWING["checkpoint"] = o.local_files
     emit_from = o.guarantee.sends_from(started_at)
     query = (build(spark, o, s, plan.starts, str(path), emit_from).writeStream.queryName(QUERY).format("kafka")
              .options(**kafka_client.spark_options(s))
@@ -259,12 +259,12 @@ def serving_lines(version: int, threshold: float | None, folder: str | None, che
     from pathlib import Path
 
     from pipelines.fraud.features import CARD_FEATURES, CARD_PAST_FEATURES
-    from pipelines.fraud.models import MODEL_JSON, RULES
+    from pipelines.fraud.models import MODEL_JSON, RULES, export_path, export_text
 
     if version == RULES:
         return RULES, None, "version\t0\nend\n"
-    exported = Path(folder) / MODEL_JSON if folder else None
-    if exported is None or not exported.exists():
+    exported = export_path(folder) if folder else None  # local, or on hdfs:// (read by the JVM)
+    if exported is None or export_text(exported) is None:
         why = (f"model {version} has no export for the JVM ({MODEL_JSON}, which train.py writes beside the "
                f"MLlib files): the real-time path decides with the rules (model 0)")
         return RULES, why, f"version\t0\nwhy\t{why}\nend\n"

@@ -430,7 +430,7 @@ class Sinks:
         if o.mode == "realtime":
             # a companion starting on the topic's start holds every terminal it will ever have decided
             fresh = not checkpoints.query_id(o.checkpoint / "decisions") and o.starting_offsets == "earliest"
-            self.terminals = TerminalTable(o.checkpoint / TERMINALS_FILE, s.label_delay_days * 86_400_000,
+            self.terminals = TerminalTable(o.local_files / TERMINALS_FILE, s.label_delay_days * 86_400_000,
                                            EVER if fresh else None)
         self.db = connect(o.store_path, synchronous="FULL")  # durable before Spark commits (docs/recovery.md)
         self.dlq_db = connect(o.store_path, synchronous="FULL")  # the dead-letter query runs on its own thread

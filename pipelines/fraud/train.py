@@ -206,7 +206,7 @@ def train(spark, s: Settings, start: dt.date, end: dt.date, delay_days: int, as_
              f"read in {time.monotonic() - t0:.1f} s")
     features = models.MODEL_FEATURES
     chosen = select(spark, logged, start, end, delay_days, features, progress)
-    row = save(db, models.models_dir(s.store_path.parent), chosen, features, end, as_of)
+    row = save(db, models.models_dir(s.store_path.parent, s), chosen, features, end, as_of)
     progress(f"train: model {row['version']} ({row['kind']}, {row['params']}) fitted on {row['train_rows']:,} payments "
              f"in {row['fit_s']:.1f} s, threshold {row['threshold']:.4f}; {time.monotonic() - t0:.1f} s in all")
     return {**row, "wall_s": round(time.monotonic() - t0, 1)}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from controlplane import fencing
 from controlplane.clock import now_ms
 from controlplane.store import connect
-from infra import broker, cluster, heap, kafka_client, logs
+from infra import broker, cluster, heap, kafka_client, logs, storage
 from infra.config import Settings, load
 from infra.contracts import EXIT_REFUSED
 from infra.topics import ensure_topics
@@ -248,7 +248,8 @@ class Supervisor:
                 continue
             root = self.s.checkpoint_root
             folders = [root / job / "decisions", root / job / "dlq"] if job == "fraud" else \
-                sorted(p for p in root.glob(f"{job}-*") if p.is_dir() and not checkpoints.is_instance(p))
+                [root / e.name for e in sorted(storage.entries(root), key=lambda e: e.name)
+                 if e.is_dir and e.name.startswith(f"{job}-") and not checkpoints.is_instance(e.name)]
             cut = [(f.name if job != "fraud" else f"{job}/{f.name}", checkpoints.position(f)) for f in folders]
             cut = [(name, pos) for name, pos in cut if pos.query_id]
             replays = [f"{name} batch {pos.planned_batch}" for name, pos in cut if pos.uncommitted]

@@ -34,6 +34,7 @@ from typing import Callable
 from controlplane.clock import now_ms
 from controlplane.store import connect, transaction
 from infra import broker
+from infra.storage import is_remote, total_bytes
 from infra.config import Settings
 from pipelines.supervisor import memory
 
@@ -198,7 +199,7 @@ def table_rows(store_path) -> list[tuple[str, str, int, int]]:
 def seed_row(s: Settings) -> list[tuple[str, str, int, int]]:
     """The newest real-time seed (every profile it loads into the executor's memory): (`realtime-seed`,
     path, bytes, cards), none before a real-time start."""
-    seeds = sorted((s.checkpoint_root / "fraud" / "realtime-seeds").glob("*.tsv"), key=lambda p: p.stat().st_mtime)
+    seeds = sorted((s.fraud_files / "realtime-seeds").glob("*.tsv"), key=lambda p: p.stat().st_mtime)
     if not seeds:
         return []
     with open(seeds[-1], "rb") as f:
@@ -206,12 +207,19 @@ def seed_row(s: Settings) -> list[tuple[str, str, int, int]]:
     return [("realtime-seed", str(seeds[-1]), seeds[-1].stat().st_size, cards)]
 
 
+def checkpoint_bytes(root) -> int | None:
+    """The checkpoint root's bytes: on disk for a local folder, the files' length on HDFS."""
+    if is_remote(root):
+        return total_bytes(root)
+    return memory.dir_bytes(root)
+
+
 def storage_rows(s: Settings) -> list[tuple]:
     """(what, path, bytes[, rows]) of the store, the checkpoint root, the local broker's data, the
     store's two tables that grow with the input, and the newest real-time seed."""
     out: list[tuple] = []
     for what, path, size in (("store", s.store_path, memory.store_bytes(s.store_path)),
-                             ("checkpoints", s.checkpoint_root, memory.dir_bytes(s.checkpoint_root)),
+                             ("checkpoints", s.checkpoint_root, checkpoint_bytes(s.checkpoint_root)),
                              ("kafka", s.kafka_dir, None if s.external_bootstrap else _kafka_bytes(s))):
         if size is not None:
             out.append((what, str(path), size))

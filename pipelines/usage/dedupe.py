@@ -23,8 +23,7 @@ start it without the ids it remembered, or fail to load the store class on every
 """
 from __future__ import annotations
 
-from pathlib import Path
-
+from infra import storage
 from infra.config import Settings
 from pipelines.engine import checkpoints
 
@@ -45,10 +44,13 @@ def deduplicated(decisions, s: Settings):
             .dropDuplicatesWithinWatermark(["txn_id"]))
 
 
-def private_state(checkpoint: Path | str) -> str | None:
-    """Why `checkpoint` cannot be resumed on Spark's state (one sentence's middle), or None."""
-    if Path(checkpoint, PRIVATE_STATE_DIR).is_dir():
-        return f"it holds the ids of CardStream's former dedupe engine ({Path(checkpoint, PRIVATE_STATE_DIR)})"
+def private_state(checkpoint) -> str | None:
+    """Why `checkpoint` (a Path or an infra.storage Location) cannot be resumed on Spark's state
+    (one sentence's middle), or None."""
+    ids = checkpoints.resolve(checkpoint) / PRIVATE_STATE_DIR
+    found = storage.stat(ids)
+    if found is not None and found.is_dir:
+        return f"it holds the ids of CardStream's former dedupe engine ({ids})"
     provider = checkpoints.state_provider(checkpoint)
     if provider and provider.startswith(PRIVATE_PROVIDER_PREFIX):
         return f"its state is kept by {provider}, a store class CardStream no longer has"

@@ -167,7 +167,7 @@ def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: 
     from pipelines.engine.checkpoints import ledger_batch
     from pipelines.engine.sources import read_kafka
 
-    checkpoint = checkpoint or str(s.checkpoint_root / QUERY)
+    checkpoint = checkpoint or s.checkpoint_root / QUERY  # a Path or a Location (infra.storage)
     stream = windowed_stream(read_kafka(spark, topic or s.topics.decisions, s, starting_offsets="earliest",
                                         max_offsets_per_trigger=s.usage_max_offsets), s)
 
@@ -192,6 +192,6 @@ def start_query(spark, s: Settings, epoch: int, db, on_fenced=None, checkpoint: 
             on_refused(exc)
 
     return (stream.writeStream.queryName(QUERY).foreachBatch(handle)
-            .option("checkpointLocation", checkpoint)
+            .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=f"{trigger_seconds or s.usage_trigger_seconds} seconds")
             .start())

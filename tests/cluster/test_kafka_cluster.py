@@ -2,7 +2,8 @@
 three times with min.insync.replicas 2, and one broker of three stopped and started again while
 the real simulator sends, without a transaction lost, repeated or held up for long.
 
-The cluster has its own run folder and ports (29110-29115), so no other broker is touched.
+The cluster has its own run folder and ports (KAFKA_PORT + 18 to + 23: 19110-19115 by default), so
+no other broker is touched, and a session moved to other ports moves them too.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from infra import broker, kafka_client
 from infra.config import ROOT, load
 from infra.topics import TopicError, ensure_topics
 
-PORT, CONTROLLER_PORT = 29110, 29111
+PORT = load().kafka_port + 18  # the session's broker's ports + 18: its own, beside the lanes'
+CONTROLLER_PORT = PORT + 1
 RATE, COUNT = 100, 4000  # 40 s of traffic
 
 

@@ -15,7 +15,7 @@ from infra.config import load
 
 # where things are and which ports to use: a shell may move them (a demo running on the defaults)
 KEPT = frozenset({"CARDSTREAM_RUN_DIR", "CARDSTREAM_JARS_DIR", "HANDBOOK_DATA", "KAFKA_PORT",
-                  "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT"})
+                  "KAFKA_CONTROLLER_PORT", "SPARK_MASTER_PORT", "SPARK_MASTER_UI_PORT", "HDFS_PORT"})
 # read beside infra.config: the log level (infra/logs.py), the JVM options tests/conftest.py sets
 ALSO_READ = frozenset({"CARDSTREAM_LOG_LEVEL", "SPARK_SUBMIT_OPTS"})
 

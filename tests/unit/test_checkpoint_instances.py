@@ -1,6 +1,6 @@
 """A query that starts over on every run (at-most-once, the real-time path) runs in a folder of its
-own per instance, behind a link at the query's usual path (`checkpoints.fresh_instance`): a woken
-zombie's offsets land in its own folder, never in the one its replacement has just started in."""
+own per instance, named by an INSTANCE file in the query's usual folder (`checkpoints.fresh_instance`):
+a woken zombie's offsets land in its own folder, never in the one its replacement has just started in."""
 from pathlib import Path
 
 from pipelines.engine import checkpoints
@@ -41,7 +41,7 @@ def test_a_zombie_restarting_its_query_leaves_the_newer_instance_and_the_link_al
     write_batch(replacement, 4, 300)
     zombie = checkpoints.fresh_instance(link, 6, current=False)  # its runner restarting the query, not yet fenced
     assert list(zombie.iterdir()) == []
-    assert checkpoints.position(link).committed_batch == 4 and link.resolve() == replacement.resolve()
+    assert checkpoints.position(link).committed_batch == 4 and checkpoints.resolve(link) == replacement
     assert (replacement / "commits" / "4").exists()
     checkpoints.fresh_instance(link, 8, current=True)  # the next instance clears both older ones
     assert sorted(p.name for p in tmp_path.iterdir()) == ["usage-at-most-once", "usage-at-most-once.run-8"]
@@ -53,7 +53,7 @@ def test_a_stale_folder_with_a_larger_epoch_goes_when_the_lease_holder_starts(tm
     stale = checkpoints.fresh_instance(link, 9, current=True)
     write_batch(stale, 12, 500)
     folder = checkpoints.fresh_instance(link, 1, current=True)
-    assert link.resolve() == folder.resolve() and not stale.exists()
+    assert checkpoints.resolve(link) == folder and not stale.exists()
     assert checkpoints.position(link).query_id is None
 
 
@@ -63,14 +63,15 @@ def test_a_restart_of_the_same_instance_starts_on_an_empty_folder_again(tmp_path
     write_batch(first, 3, 40)
     again = checkpoints.fresh_instance(link, 5, current=True)
     assert again == first and list(again.iterdir()) == []
-    assert link.resolve() == again.resolve()
+    assert checkpoints.resolve(link) == again
 
 
 def test_a_plain_folder_of_an_older_release_is_replaced_and_clear_removes_everything(tmp_path):
     link = tmp_path / "usage-at-most-once"
     write_batch(link, 9, 100)  # a plain folder, as releases before instance folders left it
     folder = checkpoints.fresh_instance(link, 2, current=True)
-    assert link.is_symlink() and checkpoints.position(link).committed_batch is None
+    assert (link / "INSTANCE").read_text() == folder.name and [p.name for p in link.iterdir()] == ["INSTANCE"]
+    assert checkpoints.position(link).committed_batch is None
     assert checkpoints.is_instance(folder) and not checkpoints.is_instance(link)
     write_batch(folder, 0, 5)
     stray = tmp_path / "usage-at-most-once.run-1"  # recreated by a zombie's late write
@@ -83,3 +84,12 @@ def test_a_plain_folder_of_an_older_release_is_replaced_and_clear_removes_everyt
     checkpoints.clear(link)  # nothing left to clear: no error
     checkpoints.clear(other)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_symbolic_link_of_an_older_release_becomes_the_instance_folder(tmp_path):
+    link = tmp_path / "usage-at-most-once"
+    old = tmp_path / "usage-at-most-once.run-3"
+    write_batch(old, 2, 20)
+    link.symlink_to(old.name)
+    folder = checkpoints.fresh_instance(link, 4, current=True)
+    assert not link.is_symlink() and checkpoints.resolve(link) == folder and not old.exists()

@@ -13,7 +13,7 @@ import pytest
 from controlplane import commands
 from controlplane.store import connect
 from dashboard.data import overview
-from infra import cluster
+from infra import cluster, hdfs
 from infra.config import load
 from pipelines.engine.session import cluster_conf, memory_mb, on_loopback_cluster, python_zip
 from pipelines.supervisor.faults import FaultExecutor
@@ -141,6 +141,7 @@ def test_a_taken_master_port_is_one_sentence(tmp_path):
                                                         r"so the Spark master cannot start; .*SPARK_MASTER_PORT"):
             cluster.up(s, quiet=True, kafka=False)
     assert not cluster.master_pids(s) and not cluster.worker_pids(s)
+    assert s.hdfs and not any(hdfs.pids(s).values())  # refused before HDFS started
 
 
 @pytest.mark.parametrize("env,worker,says", [

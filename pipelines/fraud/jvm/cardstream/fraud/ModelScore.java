@@ -118,15 +118,39 @@ public final class ModelScore {
 
     private static final Map<String, ModelScore> LOADED = new ConcurrentHashMap<>();
 
-    /** The model at `path` (a model.json), read once per JVM. */
+    /** The model at `path` (a model.json: a local path, or a URI such as hdfs://), read once per JVM. */
     public static ModelScore load(String path) {
         return LOADED.computeIfAbsent(path, p -> {
             try {
-                return parse(new String(Files.readAllBytes(Paths.get(p)), java.nio.charset.StandardCharsets.UTF_8));
+                String text = text(p);
+                if (text == null) {
+                    throw new IOException("no such file");
+                }
+                return parse(text);
             } catch (IOException e) {
                 throw new IllegalStateException("cannot read the model " + p + ": " + e, e);
             }
         });
+    }
+
+    /**
+     * The text of a small file, null when it does not exist: a local path read directly, a URI
+     * (hdfs://, where the models live with CLUSTER=1) through Hadoop's FileSystem, so executors on
+     * other machines read the same file the trainer wrote.
+     */
+    public static String text(String path) throws IOException {
+        if (!path.contains("://")) {
+            java.nio.file.Path local = Paths.get(path);
+            return Files.exists(local) ? new String(Files.readAllBytes(local), java.nio.charset.StandardCharsets.UTF_8) : null;
+        }
+        org.apache.hadoop.fs.Path remote = new org.apache.hadoop.fs.Path(path);
+        org.apache.hadoop.fs.FileSystem fs = remote.getFileSystem(new org.apache.hadoop.conf.Configuration());
+        if (!fs.exists(remote)) {
+            return null;
+        }
+        try (java.io.InputStream in = fs.open(remote)) {
+            return new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        }
     }
 
     public String[] features() { return features.clone(); }
