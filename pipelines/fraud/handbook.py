@@ -12,7 +12,7 @@ back by `delay_days + test_days` days (`Protocol.validation`), so that its test 
 last `test_days` days of the real training period and everything it uses was labelled before the
 real test starts; prequential validation repeats that shifted back a test period per fold.
 
-Frames here are pandas, one row per payment, in the contract's terms (`load_history`):
+Frames here are pandas, one row per payment, in the contract's terms (`history_frame`):
 `txn_id`, `card_id`, `merchant_id` (the contract's ids, "hb-<TRANSACTION_ID>", "hb-c<CUSTOMER_ID>",
 "hb-t<TERMINAL_ID>" for the handbook, infra/histories.py), `event_time` (datetime64, UTC, no
 zone), `amount` (currency units), `label` (1 fraud, 0 genuine: the truth), `scenario` (the
@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from infra.histories import HANDBOOK, ColumnMap
+from infra.history import History, load_history
 from pipelines.fraud.features import (BASELINE_FEATURES, CARD_FEATURES, CARD_STATE_DAYS, HISTORY_FEATURES,
                                       NIGHT_LAST_HOUR, NO_FRAUD_DAYS, OVER_MEAN_DAYS, PAST_DAYS, RISK_DAYS,
                                       TERMINAL_FEATURES, WINDOW_DAYS)
@@ -78,8 +79,13 @@ class Window:
     def mask(self, event_time: pd.Series) -> pd.Series:
         return (event_time >= pd.Timestamp(self.start)) & (event_time < pd.Timestamp(self.end))
 
+    @property
+    def last(self) -> dt.date:
+        """The last day in the window (`end` is the first after it)."""
+        return self.end - dt.timedelta(days=1)
+
     def __str__(self) -> str:
-        return f"{self.start.isoformat()}..{(self.end - dt.timedelta(days=1)).isoformat()}"
+        return f"{self.start.isoformat()}..{self.last.isoformat()}"
 
 
 def _date(value) -> dt.date:
@@ -153,56 +159,38 @@ def data_path(settings=None) -> Path:
     return Path(settings.handbook_data)
 
 
-def load_history(path=None, columns: ColumnMap = HANDBOOK, start=None, end=None) -> pd.DataFrame:
-    """A history file (Parquet, or CSV) -> the frame of this module: txn_id, card_id, merchant_id,
-    event_time, amount, label, scenario (0 when the map has none), in the file's order, only the
-    payments in [start, end) when given (dates or timestamps). Raises HandbookDataMissing, naming
+def history_file(path=None) -> Path:
+    """The history to read: `path`, else the handbook's (`data_path`). HandbookDataMissing, naming
     the place it looked, when the file is not there."""
     path = Path(path) if path is not None else data_path()
     if not path.exists():
         raise HandbookDataMissing(
             f"the transaction history is not at {path} (set HANDBOOK_DATA, or see ../shared/datasets/handbook/README.md).")
-    lo = pd.Timestamp(start) if start is not None else None
-    hi = pd.Timestamp(end) if end is not None else None
-    wanted = [c for c in (columns.txn_id, columns.event_time, columns.card_id, columns.merchant_id,
-                          columns.amount, columns.is_fraud, columns.pattern) if c]
-    if path.suffix.lower() in (".csv", ".gz") or path.name.lower().endswith(".csv.gz"):
-        raw = pd.read_csv(path, usecols=wanted, parse_dates=[columns.event_time])
-    else:
-        filters = []
-        if lo is not None:
-            filters.append((columns.event_time, ">=", lo))
-        if hi is not None:
-            filters.append((columns.event_time, "<", hi))
-        raw = pd.read_parquet(path, columns=wanted, filters=filters or None)
-    when = pd.to_datetime(raw[columns.event_time])
-    if getattr(when.dt, "tz", None) is not None:
-        when = when.dt.tz_convert("UTC").dt.tz_localize(None)
-    keep = pd.Series(True, index=raw.index)
-    if lo is not None:
-        keep &= when >= lo
-    if hi is not None:
-        keep &= when < hi
-    raw, when = raw[keep], when[keep]
-    prefix = columns.id_prefix  # vectorised ColumnMap.txn_id_of / card_of / merchant_of
-    scenario = raw[columns.pattern] if columns.pattern else pd.Series(0, index=raw.index)
+    return path
+
+
+def history_frame(history: History) -> pd.DataFrame:
+    """A history (infra.history.load_history: the replay's reading, mapping and checks, so the
+    frame holds exactly the payments a replay sends) -> the frame of this module: txn_id, card_id,
+    merchant_id, event_time, amount, label, scenario (the pattern column as read, 0 when the map
+    has none), in the file's order."""
+    scenario = history.scenario.to_pandas() if history.scenario is not None else pd.Series(0, index=range(len(history)))
     if pd.api.types.is_numeric_dtype(scenario):
         scenario = scenario.astype(int)
-    out = pd.DataFrame({
-        "txn_id": prefix + raw[columns.txn_id].astype(str),
-        "card_id": prefix + "c" + raw[columns.card_id].astype(str),
-        "merchant_id": prefix + "t" + raw[columns.merchant_id].astype(str),
-        "event_time": when.astype("datetime64[ns]"),
-        "amount": raw[columns.amount].astype(float),
-        "label": raw[columns.is_fraud].astype(int),
+    return pd.DataFrame({
+        "txn_id": history.txn.to_pandas(),
+        "card_id": history.card.to_pandas(),
+        "merchant_id": history.merchant.to_pandas(),
+        "event_time": pd.to_datetime(history.event_ms, unit="ms").astype("datetime64[ns]"),
+        "amount": history.amount,
+        "label": history.is_fraud.astype(int),
         "scenario": scenario,
     })
-    return out.reset_index(drop=True)
 
 
 def protocol_rows(path=None, protocol: Protocol = Protocol(), columns: ColumnMap = HANDBOOK) -> pd.DataFrame:
     """The rows a protocol needs: from its features' history start to the end of its test period."""
-    return load_history(path, columns, start=protocol.history_start, end=protocol.test.end)
+    return history_frame(load_history(history_file(path), columns, start=protocol.history_start, end=protocol.test.last))
 
 
 # ------------------------------------------------------------------ exclusions and the test set
