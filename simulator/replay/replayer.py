@@ -62,19 +62,13 @@ class Replayer:
 
     def __init__(self, history: History, sender, topic: str, labels_topic: str, *, run_id: str,
                  delay_ms: int, pace: Pace = Pace(), progress: bool = True, err=sys.stderr, slice_size: int = SLICE):
-        self.h = history
-        self.sender = sender
+        self.h, self.sender, self.run_id = history, sender, run_id
         self.topic, self.labels_topic = topic, labels_topic
-        self.run_id = run_id
         self.headers = [(REPLAY_HEADER, run_id.encode())]
         self.schedule = schedule(history.event_ms, delay_ms)
-        self.pace = pace
-        self.progress = progress
-        self.err = err
-        self.slice = slice_size
+        self.pace, self.progress, self.err, self.slice = pace, progress, err, slice_size
         self.stopping = False
-        self.sent_tx = 0
-        self.sent_labels = 0
+        self.sent_tx = self.sent_labels = 0
 
     def _on_signal(self, _signum, _frame) -> None:
         self.stopping = True
