@@ -348,10 +348,23 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     """
     n = len(tx)
     t = _times_s(tx)
-    cents = _cents(tx).astype(np.int64)
-    position = np.arange(n)
-    out = {}
+    order, card = _card_history(tx, t)
+    torder, terminal = _terminal_history(tx, t, delay_days)
+    result = pd.DataFrame(index=tx.index)
+    for name in HISTORY_FEATURES:
+        values = np.empty(n)
+        if name.startswith("c_"):
+            values[order] = card[name]
+        else:
+            values[torder] = terminal[name]
+        result[name] = values
+    return result
 
+
+def _card_history(tx: pd.DataFrame, t: np.ndarray) -> tuple[np.ndarray, dict]:
+    """(the card-sorted order, the card features in that order): `history_features`' c_ columns."""
+    cents = _cents(tx).astype(np.int64)
+    position = np.arange(len(tx))
     order, key = _group_sorted(tx["card_id"], t)
     a = cents[order].astype(np.int64)
     csum = np.r_[0, np.cumsum(a)]
@@ -376,7 +389,14 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     for w in OVER_MEAN_DAYS:
         left = _left(key, w * 86_400)
         card[f"c_over_mean_{w}d"] = (osum[position + 1] - osum[left]).astype(float)
+    return order, card
 
+
+def _terminal_history(tx: pd.DataFrame, t: np.ndarray, delay_days: int) -> tuple[np.ndarray, dict]:
+    """(the terminal-sorted order, the terminal features in that order): `history_features`' t_
+    columns, each over labels known `delay_days` before the payment."""
+    n = len(tx)
+    position = np.arange(n)
     labels = tx["label"].to_numpy(dtype=np.int64)
     torder, tkey = _group_sorted(tx["merchant_id"], t)
     lab = labels[torder]
@@ -404,16 +424,7 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     in_window = first < end
     terminal["t_days_since_first_fraud"] = np.where(in_window, (ts - ts[np.minimum(first, n - 1)]) / 86_400.0,
                                                     NO_FRAUD_DAYS)
-
-    result = pd.DataFrame(index=tx.index)
-    for name in HISTORY_FEATURES:
-        values = np.empty(n)
-        if name.startswith("c_"):
-            values[order] = card[name]
-        else:
-            values[torder] = terminal[name]
-        result[name] = values
-    return result
+    return torder, terminal
 
 
 def with_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
@@ -509,6 +520,13 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
         result.update(flagged=flagged, precision=round(caught / flagged, 6) if flagged else None,
                       recall=round(caught / int(y.sum()), 6) if y.sum() else None)
 
+    result["per_scenario"] = _per_scenario(data, y, s, decided, *_scenario_card_days(data, cp))
+    return result
+
+
+def _scenario_card_days(data: pd.DataFrame, cp) -> tuple[dict, dict]:
+    """Per fraud scenario: the card-days card precision@k detected with a fraud of it, and those
+    still in play (the card not detected on an earlier day), as the metric counts them."""
     # which scenarios each detected card-day had
     fraud_rows = data[data["label"] == 1]
     day_card_scen = fraud_rows.groupby(["day", "card_id"])["scenario"].agg(lambda v: set(_plain(x) for x in v))
@@ -525,7 +543,12 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
         if first_detected.get(c, len(cp.days)) >= day_index[day]:
             for scen in scens:
                 in_play[scen] = in_play.get(scen, 0) + 1
+    return detected_scen, in_play
 
+
+def _per_scenario(data: pd.DataFrame, y: np.ndarray, s: np.ndarray, decided, detected_scen: dict,
+                  in_play: dict) -> dict:
+    """`evaluate`'s per_scenario: each scenario's frauds ranked against the genuine payments only."""
     genuine = y == 0
     per = {}
     for scen in sorted(_plain(v) for v in data.loc[data["label"] == 1, "scenario"].unique()):
@@ -539,8 +562,7 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
         if decided is not None:
             entry["recall"] = round(float(decided[mine].mean()), 6) if mine.any() else None
         per[scen] = entry
-    result["per_scenario"] = per
-    return result
+    return per
 
 
 # ------------------------------------------------------------------ the baseline model in MLlib
