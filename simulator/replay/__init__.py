@@ -28,7 +28,8 @@ contract accepts it.)
 
 Progress: a bar on stderr (event date, tx/s, ETA); the totals, counted from the broker's
 acknowledgements, are one JSON line, the last on stdout. Memory: the selected rows' columns
-(about 60 bytes a row: 100 MB for the handbook's 1.75 M), and the records of a slice at a time.
+(about 60 bytes a row, and 16 more for the amount and pattern as read, which the handbook's frame
+uses: 130 MB for the handbook's 1.75 M), and the records of a slice at a time.
 
     schedule.py    when each label may be sent: the merge of the two streams by event time
     records.py     a slice of the history as the records' keys and JSON values
