@@ -11,15 +11,11 @@ growth from the first batch to the end.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
-import sys
 import time
 
-from bench.common import scratch, create_topic, delete_topics, fill, logger, own_broker
+from bench.common import scratch, create_topic, delete_topics, fill, fraud_job, logger, own_broker
 from controlplane.store import connect
-from infra.config import ROOT, load
+from infra.config import load
 from pipelines.supervisor.memory import jvm_of, process_table, read_rss_mb
 
 log = logger("backlog")
@@ -44,42 +40,49 @@ def main(argv: list[str]) -> dict:
                 f"starting the fraud job (batches of at most {s.max_offsets_per_trigger:,})")
             db = connect(env["CARDSTREAM_DB"])
             started = time.monotonic()
-            with open(work / "fraud.log", "ab") as out:
-                job = subprocess.Popen([sys.executable, "-m", "pipelines.fraud"], env=env, cwd=ROOT,
-                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            samples, first_batch = [], None
-            try:
-                while time.monotonic() - started < args.timeout:
-                    if job.poll() is not None:
-                        raise SystemExit(f"bench backlog: the fraud job exited with {job.returncode}; "
-                                         f"see {work / 'fraud.log'}")
-                    jvm = jvm_of(process_table(), job.pid)
-                    driver, java = read_rss_mb(job.pid), read_rss_mb(jvm.pid) if jvm else None
-                    decided = db.execute("SELECT count(*) FROM decisions").fetchone()[0]
-                    if driver is not None and java is not None:
-                        samples.append((time.monotonic() - started, driver, java, decided))
-                        if first_batch is None and decided:  # the first batch's decisions are in
-                            first_batch = len(samples) - 1
-                    if decided >= sent:
-                        break
-                    time.sleep(args.every)
-                else:
-                    raise SystemExit(f"bench backlog: {decided:,} of {sent:,} decided after {args.timeout:.0f} s")
-                deadline = time.monotonic() + 30  # the listener records a batch just after its commit
-                while True:
-                    batches = db.execute("SELECT count(*), max(num_input_rows), sum(num_input_rows) FROM "
-                                         "batch_progress WHERE query = 'fraud' AND num_input_rows > 0").fetchone()
-                    if (batches[2] or 0) >= sent or time.monotonic() > deadline:
-                        break
-                    time.sleep(1)
-            finally:
-                os.killpg(job.pid, signal.SIGTERM)
-                try:
-                    job.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(job.pid, signal.SIGKILL)
+            with fraud_job(env, work) as job:
+                samples, first_batch = sample(job, db, sent, args, started, work)
+                batches = recorded_batches(db, sent)
         finally:
             delete_topics(s, tag, log)
+    return summary(args, s, sent, samples, first_batch, batches)
+
+
+def sample(job, db, sent: int, args, started: float, work) -> tuple[list, int | None]:
+    """(seconds, driver MB, JVM MB, decided) every --every s until every transaction is decided,
+    and the first sample with decisions (the first batch's), or None."""
+    samples, first_batch = [], None
+    while time.monotonic() - started < args.timeout:
+        if job.poll() is not None:
+            raise SystemExit(f"bench backlog: the fraud job exited with {job.returncode}; "
+                             f"see {work / 'fraud.log'}")
+        jvm = jvm_of(process_table(), job.pid)
+        driver, java = read_rss_mb(job.pid), read_rss_mb(jvm.pid) if jvm else None
+        decided = db.execute("SELECT count(*) FROM decisions").fetchone()[0]
+        if driver is not None and java is not None:
+            samples.append((time.monotonic() - started, driver, java, decided))
+            if first_batch is None and decided:  # the first batch's decisions are in
+                first_batch = len(samples) - 1
+        if decided >= sent:
+            return samples, first_batch
+        time.sleep(args.every)
+    raise SystemExit(f"bench backlog: {decided:,} of {sent:,} decided after {args.timeout:.0f} s")
+
+
+def recorded_batches(db, sent: int) -> tuple:
+    """(batches, their largest, rows read) of the fraud query, once the listener has recorded them
+    all (it records a batch just after its commit) or 30 s have passed."""
+    deadline = time.monotonic() + 30
+    while True:
+        batches = db.execute("SELECT count(*), max(num_input_rows), sum(num_input_rows) FROM "
+                             "batch_progress WHERE query = 'fraud' AND num_input_rows > 0").fetchone()
+        if (batches[2] or 0) >= sent or time.monotonic() > deadline:
+            return batches
+        time.sleep(1)
+
+
+def summary(args, s, sent: int, samples: list, first_batch: int | None, batches: tuple) -> dict:
+    """The JSON: memory from the first batch on (the warm-up before it is not the backlog's)."""
     drained = samples[-1][0]
     tail = samples[first_batch:] if first_batch is not None else samples
     total = [d + j for _, d, j, _ in tail]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from pipelines.engine.session import get_spark
 DECISION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
             '"event_time": %d, "produced_at": %d, "decided_at": %d, "score_avg_ticket": 0.1, '
             '"score_proximity": 0.2, "score_velocity": 0.3, "score": %s, "is_fraud": %s, "is_late": false}')
+LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
 TRANSACTION = ('{"txn_id": "%s-%d", "card_id": "card-%d", "merchant_id": "m-%d", "amount_cents": %d, '
                '"currency": "EUR", "lat": 48.85, "lon": 2.35, "event_time": %d, "produced_at": %d}')
 
@@ -156,6 +158,22 @@ def read_stamps(s: Settings, topic: str, expect: int, timeout: float = 60.0) -> 
     return out
 
 
+def append_stamped(s: Settings, topic: str, refuse, idle_ms: int, **consumer_kw):
+    """Each record of `topic` from the earliest, until `idle_ms` pass without one, each checked to
+    be stamped by the broker (LogAppendTime: a latency taken from it uses one clock, the broker's);
+    `refuse(topic)` is the exception raised at one that is not. A generator: the consumer closes
+    when the caller's loop ends, by a break too."""
+    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
+                                     **consumer_kw)
+    try:
+        for m in consumer:
+            if m.timestamp_type != LOG_APPEND_TIME:
+                raise refuse(topic)
+            yield m
+    finally:
+        consumer.close()
+
+
 def _paced(job) -> int:
     s, topic, prefix, rate, seconds = job
     prod = kafka_client.producer(s, acks=1, linger_ms=2)
@@ -252,6 +270,23 @@ def own_broker(s, log):
         if started:
             broker.down(s, quiet=True)
             log("stopped the broker")
+
+
+@contextlib.contextmanager
+def fraud_job(env: dict, work: Path, *args: str):
+    """`python -m pipelines.fraud ARGS` in its own process group, its output appended to
+    WORK/fraud.log; at the end SIGTERM to the group (the job's JVM too), SIGKILL after 60 s."""
+    with open(work / "fraud.log", "ab") as out:
+        job = subprocess.Popen([sys.executable, "-m", "pipelines.fraud", *args], env=env, cwd=ROOT,
+                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield job
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager

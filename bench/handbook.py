@@ -40,6 +40,7 @@ import pandas as pd
 from bench.common import delete_topics, logger, own_broker, wait_job
 from infra import kafka_client
 from infra.config import ROOT, load
+from infra.history import load_history
 from pipelines.fraud import handbook
 
 log = logger("handbook")
@@ -70,10 +71,10 @@ def parse(argv: list[str], s) -> argparse.Namespace:
     return a
 
 
-def replay(env: dict, data: str, start: str | None, end: dt.date, delay_days: int) -> dict:
-    """`python -m simulator replay` as a user runs it; its totals (the last line, JSON)."""
-    last = (end - dt.timedelta(days=1)).isoformat()
-    cmd = [sys.executable, "-m", "simulator", "replay", data, "--max", "--to", last,
+def replay(env: dict, data: str, start: str | None, last: dt.date, delay_days: int) -> dict:
+    """`python -m simulator replay` as a user runs it, up to the day `last` included; its totals
+    (the last line, JSON)."""
+    cmd = [sys.executable, "-m", "simulator", "replay", data, "--max", "--to", last.isoformat(),
            "--label-delay-days", str(delay_days)] + (["--from", start] if start else [])
     log(" ".join(cmd[1:]))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
@@ -212,7 +213,8 @@ def main(argv: list[str]) -> dict:
     shared = {"TOPIC_TRANSACTIONS": f"bench-handbook-tx-{tag}", "TOPIC_LABELS": f"bench-handbook-labels-{tag}"}
     base = {**os.environ, **shared, "PYTHONPATH": str(ROOT), "LABEL_DELAY_DAYS": str(protocol.delay_days)}
     t0 = time.monotonic()
-    history = handbook.load_history(a.data, start=a.start, end=protocol.test.end)
+    first_day = dt.date.fromisoformat(a.start) if a.start else None
+    history = handbook.history_frame(load_history(handbook.history_file(a.data), start=first_day, end=protocol.test.last))
     log(f"{len(history):,} transactions from {history['event_time'].min()} to {history['event_time'].max()}; "
         f"protocol {protocol.describe()}")
     rules_env, rules_topics = world(base, work, tag, "rules")
@@ -221,7 +223,7 @@ def main(argv: list[str]) -> dict:
         from infra.topics import ensure_topics
 
         ensure_topics([*shared.values(), *rules_topics.values(), *(model_topics.values() if a.model else ())], s=s)
-        totals = replay(base, a.data, a.start, protocol.test.end, protocol.delay_days)
+        totals = replay(base, a.data, a.start, protocol.test.last, protocol.delay_days)
         log(f"replayed {totals.get('sent'):,} transactions at {totals.get('tx_per_s')} tx/s; the fraud job, rules")
         rules = measure_run(s, rules_env, rules_topics, work / "rules", history, protocol, a.max_offsets_per_trigger)
         rules["model"] = "rules (model 0)"

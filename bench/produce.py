@@ -21,6 +21,7 @@ import uuid
 
 import numpy as np
 
+from bench.common import append_stamped
 from infra import broker, kafka_client
 from infra.config import load
 from infra.topics import ensure_topics
@@ -28,7 +29,6 @@ from simulator.producer import Producer
 from simulator.runner import Simulator
 from simulator.stream import Stream
 
-LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
 STAMP = b'"produced_at":'
 
 
@@ -54,22 +54,20 @@ def produced_at(value: bytes | None) -> int | None:
 def append_delays(s, topic: str, expected: int, idle_ms: int = 3_000) -> list[int]:
     """Per transaction of `topic`: its append time (the broker's LogAppendTime) - its `produced_at`
     stamp, in ms; SystemExit if the broker did not stamp the records."""
-    consumer = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
-                                     max_poll_records=10_000, fetch_max_bytes=64 * 1024 * 1024)
     out = []
-    try:
-        for m in consumer:
-            if m.timestamp_type != LOG_APPEND_TIME:
-                raise SystemExit(f"bench produce: topic {topic} is not stamped with the broker's append time "
-                                 f"(message.timestamp.type=LogAppendTime, set by infra/topics.py).")
-            stamp = produced_at(m.value)
-            if stamp is not None:
-                out.append(m.timestamp - stamp)
-            if len(out) >= expected:
-                break
-        return out
-    finally:
-        consumer.close()
+    for m in append_stamped(s, topic, _not_append_time, idle_ms, max_poll_records=10_000,
+                            fetch_max_bytes=64 * 1024 * 1024):
+        stamp = produced_at(m.value)
+        if stamp is not None:
+            out.append(m.timestamp - stamp)
+        if len(out) >= expected:
+            break
+    return out
+
+
+def _not_append_time(topic: str) -> SystemExit:
+    return SystemExit(f"bench produce: topic {topic} is not stamped with the broker's append time "
+                      f"(message.timestamp.type=LogAppendTime, set by infra/topics.py).")
 
 
 def main(argv: list[str]) -> dict:

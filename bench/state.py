@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from bench.common import scratch, create_topic, delete_topics, logger, own_broker
+from bench.common import scratch, create_topic, delete_topics, fraud_job, logger, own_broker
 from controlplane.store import connect
 from infra import kafka_client
-from infra.config import ROOT, load
+from infra.config import load
 from pipelines.supervisor.memory import dir_bytes
 
 log = logger("state")
@@ -70,6 +67,28 @@ def wait(what: str, predicate, timeout: float, job: subprocess.Popen, work: Path
     raise SystemExit(f"bench state: timed out after {timeout:.0f} s waiting for {what}")
 
 
+class Progress:
+    """What the store says of the fraud job: decisions, and its batches' progress rows."""
+
+    def __init__(self, db):
+        self.db = db
+        self.columns = [c[0] for c in db.execute("SELECT * FROM batch_progress LIMIT 0").description]
+
+    def decided(self) -> int:
+        return self.db.execute("SELECT count(*) FROM decisions").fetchone()[0]
+
+    def last_batch(self, rows: int) -> dict | None:
+        """The newest batch with rows once the batches recorded have read `rows` (the
+        listener records a batch just after its commit)."""
+        read = self.db.execute("SELECT coalesce(sum(num_input_rows), 0) FROM batch_progress "
+                               "WHERE query = 'fraud'").fetchone()[0]
+        if read < rows:
+            return None
+        row = self.db.execute("SELECT * FROM batch_progress WHERE query = 'fraud' AND num_input_rows > 0 "
+                              "ORDER BY batch_id DESC, ts DESC LIMIT 1").fetchone()
+        return dict(zip(self.columns, row))
+
+
 def main(argv: list[str]) -> dict:
     p = argparse.ArgumentParser(prog="python -m bench state")
     p.add_argument("--cards", type=int, default=100_000, help="cards in the state (100,000)")
@@ -84,62 +103,54 @@ def main(argv: list[str]) -> dict:
     tag, work, topics, env = scratch(s, "state")
     env["TRIGGER_SECONDS"] = "1"
     state_dir = work / "checkpoints" / "fraud" / "decisions" / "state"
-    rng = random.Random(7)
     with own_broker(s, log):
         try:
             create_topic(s, topics["TOPIC_TRANSACTIONS"], s.topics.partitions, append_time=True)
             send(s, topics["TOPIC_TRANSACTIONS"], list(range(args.cards)), "build")
             log(f"{args.cards:,} transactions of {args.cards:,} cards in the topic; starting the fraud job")
-            db = connect(env["CARDSTREAM_DB"])
-            columns = [c[0] for c in db.execute("SELECT * FROM batch_progress LIMIT 0").description]
-
-            def decided() -> int:
-                return db.execute("SELECT count(*) FROM decisions").fetchone()[0]
-
-            def last_batch(rows: int) -> dict | None:
-                """The newest batch with rows once the batches recorded have read `rows` (the
-                listener records a batch just after its commit)."""
-                read = db.execute("SELECT coalesce(sum(num_input_rows), 0) FROM batch_progress "
-                                  "WHERE query = 'fraud'").fetchone()[0]
-                if read < rows:
-                    return None
-                row = db.execute("SELECT * FROM batch_progress WHERE query = 'fraud' AND num_input_rows > 0 "
-                                 "ORDER BY batch_id DESC, ts DESC LIMIT 1").fetchone()
-                return dict(zip(columns, row))
-
-            with open(work / "fraud.log", "ab") as out:
-                job = subprocess.Popen([sys.executable, "-m", "pipelines.fraud", "--trigger-seconds", "1"], env=env,
-                                       cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                started = time.monotonic()
-                wait("the cards to be decided", lambda: decided() >= args.cards, args.timeout, job, work)
-                built_s = time.monotonic() - started
-                row = wait("the last build batch's progress", lambda: last_batch(args.cards), 120, job, work)
-                built = {"state_rows": row["state_rows"], "state_disk_bytes": row["state_disk_bytes"],
-                         "checkpoint_state_bytes": dir_bytes(state_dir), "build_s": round(built_s, 1)}
-                log(f"built in {built_s:.0f} s: {built['state_rows']:,} state rows, RocksDB SST "
-                    f"{built['state_disk_bytes'] / 1e6:.1f} MB, checkpoint state "
-                    f"{built['checkpoint_state_bytes'] / 1e6:.1f} MB")
-                rounds = []
-                for r in range(args.rounds):
-                    time.sleep(2.0)  # past the last batch's files, to the second
-                    since, before = time.time(), decided()
-                    send(s, topics["TOPIC_TRANSACTIONS"], rng.sample(range(args.cards), args.touch), f"round{r}")
-                    wait(f"round {r + 1}", lambda: decided() >= before + args.touch, args.timeout, job, work)
-                    row = wait(f"round {r + 1}'s progress", lambda: last_batch(args.cards + (r + 1) * args.touch),
-                               120, job, work)
-                    rounds.append({"rows": row["num_input_rows"], "duration_ms": row["duration_ms"],
-                                   "add_batch_ms": row["trigger_ms"], "commit_ms": row["commit_ms"],
-                                   "state_bytes_written": written_since(state_dir, since)})
-                    log(f"round {r + 1}: {rounds[-1]}")
-            finally:
-                os.killpg(job.pid, signal.SIGTERM)
-                try:
-                    job.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(job.pid, signal.SIGKILL)
+            progress = Progress(connect(env["CARDSTREAM_DB"]))
+            with fraud_job(env, work, "--trigger-seconds", "1") as job:
+                built = build(args, progress, job, work, state_dir)
+                rounds = measure(args, s, topics["TOPIC_TRANSACTIONS"], progress, job, work, state_dir)
         finally:
             delete_topics(s, tag, log)
+    return result(args, s, work, built, rounds)
+
+
+def build(args, progress: Progress, job, work: Path, state_dir: Path) -> dict:
+    """Every card decided once: the state's rows and bytes then, and how long it took."""
+    started = time.monotonic()
+    wait("the cards to be decided", lambda: progress.decided() >= args.cards, args.timeout, job, work)
+    built_s = time.monotonic() - started
+    row = wait("the last build batch's progress", lambda: progress.last_batch(args.cards), 120, job, work)
+    built = {"state_rows": row["state_rows"], "state_disk_bytes": row["state_disk_bytes"],
+             "checkpoint_state_bytes": dir_bytes(state_dir), "build_s": round(built_s, 1)}
+    log(f"built in {built_s:.0f} s: {built['state_rows']:,} state rows, RocksDB SST "
+        f"{built['state_disk_bytes'] / 1e6:.1f} MB, checkpoint state "
+        f"{built['checkpoint_state_bytes'] / 1e6:.1f} MB")
+    return built
+
+
+def measure(args, s, topic: str, progress: Progress, job, work: Path, state_dir: Path) -> list[dict]:
+    """--rounds batches of --touch known cards, one at a time: each one's progress and state bytes written."""
+    rng = random.Random(7)
+    rounds = []
+    for r in range(args.rounds):
+        time.sleep(2.0)  # past the last batch's files, to the second
+        since, before = time.time(), progress.decided()
+        send(s, topic, rng.sample(range(args.cards), args.touch), f"round{r}")
+        wait(f"round {r + 1}", lambda: progress.decided() >= before + args.touch, args.timeout, job, work)
+        row = wait(f"round {r + 1}'s progress", lambda: progress.last_batch(args.cards + (r + 1) * args.touch),
+                   120, job, work)
+        rounds.append({"rows": row["num_input_rows"], "duration_ms": row["duration_ms"],
+                       "add_batch_ms": row["trigger_ms"], "commit_ms": row["commit_ms"],
+                       "state_bytes_written": written_since(state_dir, since)})
+        log(f"round {r + 1}: {rounds[-1]}")
+    return rounds
+
+
+def result(args, s, work: Path, built: dict, rounds: list[dict]) -> dict:
+    """The JSON: the state's size per card and the median measured batch."""
     layout = json.loads((work / "checkpoints" / "fraud" / "decisions-layout.json").read_text()) \
         if (work / "checkpoints" / "fraud" / "decisions-layout.json").exists() else {"state": "bucket-json"}
     med = lambda k: round(statistics.median(x[k] for x in rounds))  # noqa: E731

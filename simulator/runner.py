@@ -10,13 +10,13 @@ broker's acknowledgements, are the last line on stdout.
 """
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
 import time
 from dataclasses import dataclass
 
+from simulator.delivery import Delivered, flush_all, unacknowledged
 from simulator.producer import Producer
 from simulator.stream import Stream
 
@@ -25,24 +25,16 @@ log = logging.getLogger("simulator")
 SEND_BATCH = 512          # events per append when unthrottled: keeps produced_at within ~1-2 ms
 CONTROL_EVERY_S = 0.5
 TICK_S = 0.02             # paced: send what is due every 20 ms, so each append carries a batch
-FLUSH_TIMEOUT_S = 90.0
 
 
 @dataclass
-class Totals:
-    sent: int
-    failed: int
-    labels_sent: int
-    labels_failed: int
+class Totals(Delivered):
     unacknowledged: int
     seconds: float
     achieved_rate: float
     seed: int
     topic: str
     labels_topic: str
-
-    def line(self) -> str:
-        return json.dumps(self.__dict__)
 
 
 class Simulator:
@@ -172,17 +164,12 @@ class Simulator:
         tx, labels = producer.totals(self.topic), producer.totals(self.labels_topic)
         if self.progress_seconds:
             self._progress(started, last)
-        return Totals(tx.sent, tx.failed, labels.sent, labels.failed,
-                      tx.appended + labels.appended - tx.sent - tx.failed - labels.sent - labels.failed,
+        return Totals(tx.sent, tx.failed, labels.sent, labels.failed, unacknowledged(tx, labels),
                       round(elapsed, 3), round(tx.sent / elapsed, 1) if elapsed > 0 else 0.0,
                       stream.seed, self.topic, self.labels_topic)
 
     def _flush(self) -> None:
         """Wait for every appended record's fate; a second SIGTERM / Ctrl-C stops waiting."""
         signals = self._signals
-        deadline = time.monotonic() + FLUSH_TIMEOUT_S
-        while self.producer.outstanding and time.monotonic() < deadline:
-            if self._signals > max(signals, 1):
-                log.warning("stopped waiting for the broker's acknowledgements.")
-                return
-            self.producer.flush(timeout=0.5)
+        if not flush_all(self.producer, lambda: self._signals > max(signals, 1)):
+            log.warning("stopped waiting for the broker's acknowledgements.")

@@ -261,24 +261,9 @@ class Stream:
             return
         n = self._block_size()
         cards, merchants = self.cards, self.merchants
-        gaps = self.g_gap.exponential(1000.0 / self.rate, n).tolist()
-        u_kind = self.g_kind.random(n).tolist()
-        z_amount = self.g_amount.standard_normal(n)
-        u_merchant = self.g_pick.random(n)
-        u_late = self.g_late.random(n).tolist()
-        u_lag = self.g_late.random(n).tolist()
-        slot = self.schedule.take(n, len(cards))
-        slot_cards = slot.tolist()
-        homes = cards.city[slot]
-        slot_merchants = (homes * MERCHANTS_PER_CITY
-                          + np.minimum((u_merchant * MERCHANTS_PER_CITY).astype(np.int64),
-                                       MERCHANTS_PER_CITY - 1)).tolist()
-        slot_amounts = np.maximum(P.MIN_AMOUNT_CENTS, np.rint(cards.typical[slot] * np.exp(P.NORMAL_SIGMA * z_amount))
-                                  ).astype(np.int64).tolist()
-        t_bad, t_spike, t_travel, t_burst = self._thresholds
-        p_late = self._p_late
+        gaps, u_kind, u_merchant, u_late, u_lag, slot_cards, slot_merchants, slot_amounts, currency = self._draw(n)
+        (t_bad, t_spike, t_travel, t_burst), p_late = self._thresholds, self._p_late
         ids, keys, history, generation = cards.ids, cards.keys, cards.history, cards.generation
-        currency = [CITIES[c][3] for c in homes.tolist()]
         m_ids, m_lat, m_lon = merchants.ids, merchants.lat_list, merchants.lon_list
         fmt, label_fmt, late_fmt = P.TX_FORMAT, _LABEL_NORMAL, _LABEL_LATE
         pfx = self.id_prefix + "-"
@@ -295,11 +280,9 @@ class Stream:
                 self._malformed(card, slot_merchants[i], slot_amounts[i], forced=True)
                 continue
             if u >= t_burst:  # ordinary
-                late = False
+                late = u_late[i] < p_late
                 if self.forced_late > 0:
                     late, self.forced_late = True, self.forced_late - 1
-                elif u_late[i] < p_late:
-                    late = True
                 self.seq += 1
                 txn_id = f"{pfx}{self.seq:010d}"
                 clock = self.clock
@@ -327,21 +310,49 @@ class Stream:
             elif u < t_bad:
                 self._malformed(card, slot_merchants[i], slot_amounts[i])
             elif u < t_travel:
-                spike_card = self._unheld(card) if u < t_spike else None
-                victim = None
-                if spike_card is not None and history[spike_card] >= P.SPIKE_MIN_HISTORY:
-                    merchant = merchants.in_city(cards.city_list[spike_card], float(u_merchant[i]))
-                    amount = P.spike_amount(cards.typical_list[spike_card], float(self.g_fraud.random()))
-                    self._emit(self._payment(spike_card, merchant, amount, P.SPIKE))
-                    cards.reissue(spike_card)
-                elif (victim := self._victim(self.clock - gaps[i] - P.TRAVEL_MIN_GAP_MS)) is not None:
-                    self._travel(victim, gaps[i])
-                else:  # no card to use yet (the very start): an ordinary payment
-                    self._emit(self._payment(card, slot_merchants[i], slot_amounts[i], P.NORMAL))
-                    history[card] += 1
+                self._spike_or_travel(card, u < t_spike, float(u_merchant[i]), gaps[i], slot_merchants[i],
+                                      slot_amounts[i])
             else:
                 card = self._unheld(card)
                 self._burst(card, merchants.in_city(cards.city_list[card], float(u_merchant[i])))
+
+    def _draw(self, n: int) -> tuple:
+        """A block's random draws, in the generators' fixed order (the same seed, the same stream):
+        (gaps, kind, merchant and late uniforms, lag uniforms, the slots' cards, their ordinary
+        merchants, amounts and currencies), as lists where the loop reads them one by one."""
+        cards = self.cards
+        gaps = self.g_gap.exponential(1000.0 / self.rate, n).tolist()
+        u_kind = self.g_kind.random(n).tolist()
+        z_amount = self.g_amount.standard_normal(n)
+        u_merchant = self.g_pick.random(n)
+        u_late = self.g_late.random(n).tolist()
+        u_lag = self.g_late.random(n).tolist()
+        slot = self.schedule.take(n, len(cards))
+        homes = cards.city[slot]
+        slot_merchants = (homes * MERCHANTS_PER_CITY
+                          + np.minimum((u_merchant * MERCHANTS_PER_CITY).astype(np.int64),
+                                       MERCHANTS_PER_CITY - 1)).tolist()
+        slot_amounts = np.maximum(P.MIN_AMOUNT_CENTS, np.rint(cards.typical[slot] * np.exp(P.NORMAL_SIGMA * z_amount))
+                                  ).astype(np.int64).tolist()
+        currency = [CITIES[c][3] for c in homes.tolist()]
+        return gaps, u_kind, u_merchant, u_late, u_lag, slot.tolist(), slot_merchants, slot_amounts, currency
+
+    def _spike_or_travel(self, card: int, spike: bool, u_merchant: float, gap: float, merchant: int,
+                         amount: int) -> None:
+        """A spike on the slot's card (when `spike` and it has history enough; it is then reissued),
+        else an impossible-travel pair, else (no card to use yet: the very start) an ordinary payment."""
+        cards = self.cards
+        spike_card = self._unheld(card) if spike else None
+        if spike_card is not None and cards.history[spike_card] >= P.SPIKE_MIN_HISTORY:
+            where = self.merchants.in_city(cards.city_list[spike_card], u_merchant)
+            spent = P.spike_amount(cards.typical_list[spike_card], float(self.g_fraud.random()))
+            self._emit(self._payment(spike_card, where, spent, P.SPIKE))
+            cards.reissue(spike_card)
+        elif (victim := self._victim(self.clock - gap - P.TRAVEL_MIN_GAP_MS)) is not None:
+            self._travel(victim, gap)
+        else:
+            self._emit(self._payment(card, merchant, amount, P.NORMAL))
+            cards.history[card] += 1
 
     def _unheld(self, card: int) -> int:
         """`card`, or the next scheduled card if a late payment of it is still held back.

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import delete_topics
+from bench.common import append_stamped, delete_topics
 from bench.harness.jobs import JobProcess, log, wait_for
 from controlplane.store import connect
 from infra import kafka_client
@@ -25,7 +25,6 @@ from infra.topics import ensure_topics
 from pipelines.audit.paths import Stamps
 
 READY = re.compile(r"\bfraud INFO realtime mode, epoch\b")
-LOG_APPEND_TIME = 1  # a Kafka record's timestamp type: stamped by the broker
 
 
 def transaction(txn_id: str, i: int) -> dict:
@@ -69,25 +68,23 @@ def read_stamps(s: Settings, topic: str, idle_ms: int = 2_000, docs: list | None
     """(txn_id, LogAppendTime) of every committed record of `topic`, read_committed (the
     transactional `decisions` topic's aborted records are never read); each record's JSON is
     appended to `docs` when given."""
-    c = kafka_client.consumer(s, topic, auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
-                              max_poll_records=5_000, isolation_level="read_committed", group_id=None)
     out = []
-    try:
-        for m in c:
-            if m.timestamp_type != LOG_APPEND_TIME:
-                raise RuntimeError(f"topic {topic} is not stamped with the broker's append time "
-                                   f"(LogAppendTime, infra/topics.py): its latencies would mix clocks")
-            try:
-                doc = json.loads(m.value)
-            except (ValueError, TypeError, RecursionError):
-                continue
-            if isinstance(doc, dict) and isinstance(doc.get("txn_id"), str):
-                out.append((doc["txn_id"], m.timestamp))
-                if docs is not None:
-                    docs.append(doc)
-        return out
-    finally:
-        c.close()
+    for m in append_stamped(s, topic, _mixed_clocks, idle_ms, max_poll_records=5_000,
+                            isolation_level="read_committed", group_id=None):
+        try:
+            doc = json.loads(m.value)
+        except (ValueError, TypeError, RecursionError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("txn_id"), str):
+            out.append((doc["txn_id"], m.timestamp))
+            if docs is not None:
+                docs.append(doc)
+    return out
+
+
+def _mixed_clocks(topic: str) -> RuntimeError:
+    return RuntimeError(f"topic {topic} is not stamped with the broker's append time "
+                        f"(LogAppendTime, infra/topics.py): its latencies would mix clocks")
 
 
 class RealtimeRun:

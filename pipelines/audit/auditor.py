@@ -79,14 +79,18 @@ class Auditor:
             since = min(since, self.fraud_cut.since_ms - MARGIN_MS)
         return since
 
+    def _lowest_usage_fold(self) -> dict:
+        """{partition: the lowest offset the usage cuts have folded to}: the floors of the decisions'
+        index (TopicIndex.start_at, trim), so a decision some cut has not folded yet is kept."""
+        folds = [c.fold for c in self.cuts.values() if c.fold]
+        return {p: min(f[p] for f in folds if p in f) for p in {p for f in folds for p in f}}
+
     def _resume(self, now: int) -> None:
         """After a restart: read the topics from the horizon (or a cut's unfolded records), and
         take back the ledger's recent applications each usage cut folded."""
         since = self._keep_since(now)
-        folds = [c.fold for c in self.cuts.values() if c.fold]
-        lowest = {p: min(f[p] for f in folds if p in f) for p in {p for f in folds for p in f}}
         self.transactions.start_at(since, self.fraud_cut.fold)
-        self.decisions.start_at(since, lowest)
+        self.decisions.start_at(since, self._lowest_usage_fold())
         self.label_log.start_at(since)
         self.decisions_rt.start_at(since)
         topic = self.s.topics.decisions
@@ -204,10 +208,8 @@ class Auditor:
 
     def _trim(self, now: int) -> None:
         since = self._keep_since(now)
-        folds = [c.fold for c in self.cuts.values() if c.fold]
-        lowest = {p: min(f[p] for f in folds if p in f) for p in {p for f in folds for p in f}}
         self.transactions.trim(since, self.fraud_cut.fold)
-        self.decisions.trim(since, lowest)
+        self.decisions.trim(since, self._lowest_usage_fold())
         self.label_log.trim(since)
         self.decisions_rt.trim(now - self.horizon_ms)   # only the paths read it
         for cut in self.cuts.values():

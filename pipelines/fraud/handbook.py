@@ -12,7 +12,7 @@ back by `delay_days + test_days` days (`Protocol.validation`), so that its test 
 last `test_days` days of the real training period and everything it uses was labelled before the
 real test starts; prequential validation repeats that shifted back a test period per fold.
 
-Frames here are pandas, one row per payment, in the contract's terms (`load_history`):
+Frames here are pandas, one row per payment, in the contract's terms (`history_frame`):
 `txn_id`, `card_id`, `merchant_id` (the contract's ids, "hb-<TRANSACTION_ID>", "hb-c<CUSTOMER_ID>",
 "hb-t<TERMINAL_ID>" for the handbook, infra/histories.py), `event_time` (datetime64, UTC, no
 zone), `amount` (currency units), `label` (1 fraud, 0 genuine: the truth), `scenario` (the
@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from infra.histories import HANDBOOK, ColumnMap
+from infra.history import History, load_history
 from pipelines.fraud.features import (BASELINE_FEATURES, CARD_FEATURES, CARD_STATE_DAYS, HISTORY_FEATURES,
                                       NIGHT_LAST_HOUR, NO_FRAUD_DAYS, OVER_MEAN_DAYS, PAST_DAYS, RISK_DAYS,
                                       TERMINAL_FEATURES, WINDOW_DAYS)
@@ -78,8 +79,13 @@ class Window:
     def mask(self, event_time: pd.Series) -> pd.Series:
         return (event_time >= pd.Timestamp(self.start)) & (event_time < pd.Timestamp(self.end))
 
+    @property
+    def last(self) -> dt.date:
+        """The last day in the window (`end` is the first after it)."""
+        return self.end - dt.timedelta(days=1)
+
     def __str__(self) -> str:
-        return f"{self.start.isoformat()}..{(self.end - dt.timedelta(days=1)).isoformat()}"
+        return f"{self.start.isoformat()}..{self.last.isoformat()}"
 
 
 def _date(value) -> dt.date:
@@ -153,56 +159,38 @@ def data_path(settings=None) -> Path:
     return Path(settings.handbook_data)
 
 
-def load_history(path=None, columns: ColumnMap = HANDBOOK, start=None, end=None) -> pd.DataFrame:
-    """A history file (Parquet, or CSV) -> the frame of this module: txn_id, card_id, merchant_id,
-    event_time, amount, label, scenario (0 when the map has none), in the file's order, only the
-    payments in [start, end) when given (dates or timestamps). Raises HandbookDataMissing, naming
+def history_file(path=None) -> Path:
+    """The history to read: `path`, else the handbook's (`data_path`). HandbookDataMissing, naming
     the place it looked, when the file is not there."""
     path = Path(path) if path is not None else data_path()
     if not path.exists():
         raise HandbookDataMissing(
             f"the transaction history is not at {path} (set HANDBOOK_DATA, or see ../shared/datasets/handbook/README.md).")
-    lo = pd.Timestamp(start) if start is not None else None
-    hi = pd.Timestamp(end) if end is not None else None
-    wanted = [c for c in (columns.txn_id, columns.event_time, columns.card_id, columns.merchant_id,
-                          columns.amount, columns.is_fraud, columns.pattern) if c]
-    if path.suffix.lower() in (".csv", ".gz") or path.name.lower().endswith(".csv.gz"):
-        raw = pd.read_csv(path, usecols=wanted, parse_dates=[columns.event_time])
-    else:
-        filters = []
-        if lo is not None:
-            filters.append((columns.event_time, ">=", lo))
-        if hi is not None:
-            filters.append((columns.event_time, "<", hi))
-        raw = pd.read_parquet(path, columns=wanted, filters=filters or None)
-    when = pd.to_datetime(raw[columns.event_time])
-    if getattr(when.dt, "tz", None) is not None:
-        when = when.dt.tz_convert("UTC").dt.tz_localize(None)
-    keep = pd.Series(True, index=raw.index)
-    if lo is not None:
-        keep &= when >= lo
-    if hi is not None:
-        keep &= when < hi
-    raw, when = raw[keep], when[keep]
-    prefix = columns.id_prefix  # vectorised ColumnMap.txn_id_of / card_of / merchant_of
-    scenario = raw[columns.pattern] if columns.pattern else pd.Series(0, index=raw.index)
+    return path
+
+
+def history_frame(history: History) -> pd.DataFrame:
+    """A history (infra.history.load_history: the replay's reading, mapping and checks, so the
+    frame holds exactly the payments a replay sends) -> the frame of this module: txn_id, card_id,
+    merchant_id, event_time, amount, label, scenario (the pattern column as read, 0 when the map
+    has none), in the file's order."""
+    scenario = history.scenario.to_pandas() if history.scenario is not None else pd.Series(0, index=range(len(history)))
     if pd.api.types.is_numeric_dtype(scenario):
         scenario = scenario.astype(int)
-    out = pd.DataFrame({
-        "txn_id": prefix + raw[columns.txn_id].astype(str),
-        "card_id": prefix + "c" + raw[columns.card_id].astype(str),
-        "merchant_id": prefix + "t" + raw[columns.merchant_id].astype(str),
-        "event_time": when.astype("datetime64[ns]"),
-        "amount": raw[columns.amount].astype(float),
-        "label": raw[columns.is_fraud].astype(int),
+    return pd.DataFrame({
+        "txn_id": history.txn.to_pandas(),
+        "card_id": history.card.to_pandas(),
+        "merchant_id": history.merchant.to_pandas(),
+        "event_time": pd.to_datetime(history.event_ms, unit="ms").astype("datetime64[ns]"),
+        "amount": history.amount,
+        "label": history.is_fraud.astype(int),
         "scenario": scenario,
     })
-    return out.reset_index(drop=True)
 
 
 def protocol_rows(path=None, protocol: Protocol = Protocol(), columns: ColumnMap = HANDBOOK) -> pd.DataFrame:
     """The rows a protocol needs: from its features' history start to the end of its test period."""
-    return load_history(path, columns, start=protocol.history_start, end=protocol.test.end)
+    return history_frame(load_history(history_file(path), columns, start=protocol.history_start, end=protocol.test.last))
 
 
 # ------------------------------------------------------------------ exclusions and the test set
@@ -360,10 +348,23 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     """
     n = len(tx)
     t = _times_s(tx)
-    cents = _cents(tx).astype(np.int64)
-    position = np.arange(n)
-    out = {}
+    order, card = _card_history(tx, t)
+    torder, terminal = _terminal_history(tx, t, delay_days)
+    result = pd.DataFrame(index=tx.index)
+    for name in HISTORY_FEATURES:
+        values = np.empty(n)
+        if name.startswith("c_"):
+            values[order] = card[name]
+        else:
+            values[torder] = terminal[name]
+        result[name] = values
+    return result
 
+
+def _card_history(tx: pd.DataFrame, t: np.ndarray) -> tuple[np.ndarray, dict]:
+    """(the card-sorted order, the card features in that order): `history_features`' c_ columns."""
+    cents = _cents(tx).astype(np.int64)
+    position = np.arange(len(tx))
     order, key = _group_sorted(tx["card_id"], t)
     a = cents[order].astype(np.int64)
     csum = np.r_[0, np.cumsum(a)]
@@ -388,7 +389,14 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     for w in OVER_MEAN_DAYS:
         left = _left(key, w * 86_400)
         card[f"c_over_mean_{w}d"] = (osum[position + 1] - osum[left]).astype(float)
+    return order, card
 
+
+def _terminal_history(tx: pd.DataFrame, t: np.ndarray, delay_days: int) -> tuple[np.ndarray, dict]:
+    """(the terminal-sorted order, the terminal features in that order): `history_features`' t_
+    columns, each over labels known `delay_days` before the payment."""
+    n = len(tx)
+    position = np.arange(n)
     labels = tx["label"].to_numpy(dtype=np.int64)
     torder, tkey = _group_sorted(tx["merchant_id"], t)
     lab = labels[torder]
@@ -416,16 +424,7 @@ def history_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
     in_window = first < end
     terminal["t_days_since_first_fraud"] = np.where(in_window, (ts - ts[np.minimum(first, n - 1)]) / 86_400.0,
                                                     NO_FRAUD_DAYS)
-
-    result = pd.DataFrame(index=tx.index)
-    for name in HISTORY_FEATURES:
-        values = np.empty(n)
-        if name.startswith("c_"):
-            values[order] = card[name]
-        else:
-            values[torder] = terminal[name]
-        result[name] = values
-    return result
+    return torder, terminal
 
 
 def with_features(tx: pd.DataFrame, delay_days: int = 7) -> pd.DataFrame:
@@ -521,6 +520,13 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
         result.update(flagged=flagged, precision=round(caught / flagged, 6) if flagged else None,
                       recall=round(caught / int(y.sum()), 6) if y.sum() else None)
 
+    result["per_scenario"] = _per_scenario(data, y, s, decided, *_scenario_card_days(data, cp))
+    return result
+
+
+def _scenario_card_days(data: pd.DataFrame, cp) -> tuple[dict, dict]:
+    """Per fraud scenario: the card-days card precision@k detected with a fraud of it, and those
+    still in play (the card not detected on an earlier day), as the metric counts them."""
     # which scenarios each detected card-day had
     fraud_rows = data[data["label"] == 1]
     day_card_scen = fraud_rows.groupby(["day", "card_id"])["scenario"].agg(lambda v: set(_plain(x) for x in v))
@@ -537,7 +543,12 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
         if first_detected.get(c, len(cp.days)) >= day_index[day]:
             for scen in scens:
                 in_play[scen] = in_play.get(scen, 0) + 1
+    return detected_scen, in_play
 
+
+def _per_scenario(data: pd.DataFrame, y: np.ndarray, s: np.ndarray, decided, detected_scen: dict,
+                  in_play: dict) -> dict:
+    """`evaluate`'s per_scenario: each scenario's frauds ranked against the genuine payments only."""
     genuine = y == 0
     per = {}
     for scen in sorted(_plain(v) for v in data.loc[data["label"] == 1, "scenario"].unique()):
@@ -551,8 +562,7 @@ def evaluate(frame: pd.DataFrame, k: int = TOP_K) -> dict:
         if decided is not None:
             entry["recall"] = round(float(decided[mine].mean()), 6) if mine.any() else None
         per[scen] = entry
-    result["per_scenario"] = per
-    return result
+    return per
 
 
 # ------------------------------------------------------------------ the baseline model in MLlib

@@ -32,6 +32,7 @@ import pandas as pd
 
 from infra import logs
 from infra.config import Settings, load
+from infra.history import load_history
 from pipelines.fraud import handbook, models
 from pipelines.fraud.features import FEATURE_LOG_FIELDS
 from pipelines.fraud.metrics import auc_roc, average_precision
@@ -245,7 +246,8 @@ def offline(spark, path, protocol: handbook.Protocol, store: Path | None = None)
     started = time.monotonic()
     longest = max(protocol.train_days, LONG_WINDOW_DAYS)
     earliest = dataclasses.replace(protocol, train_start=protocol.train.end - dt.timedelta(days=longest)).validation()
-    tx = handbook.with_features(handbook.load_history(path, start=earliest.history_start, end=protocol.test.end), protocol.delay_days)
+    rows = handbook.history_frame(load_history(handbook.history_file(path), start=earliest.history_start, end=protocol.test.last))
+    tx = handbook.with_features(rows, protocol.delay_days)
     features = (handbook.AMOUNT,) + STREAM_FEATURES
     chosen = select(spark, tx, protocol.train.start, protocol.train.end - dt.timedelta(days=1),
                     protocol.delay_days, features, progress=lambda m: print(m, file=sys.stderr, flush=True))

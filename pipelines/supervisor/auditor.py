@@ -3,24 +3,18 @@ appended to the store's `audit` table for the dashboard, on a thread of the supe
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from controlplane.store import connect
 from infra import heap
+from pipelines.supervisor.rounds import RoundThread
 
 log = logging.getLogger("supervisor")
 
 
-class LiveAuditor:
-    def __init__(self, s, stopping):
-        self.s, self.stopping = s, stopping
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="auditor", daemon=True)
-            self._thread.start()
+class LiveAuditor(RoundThread):
+    """An audit round every AUDIT_INTERVAL_SECONDS (`LiveAuditor(s, stopping).start()`)."""
+    name = "auditor"
 
     def _loop(self) -> None:
         # deferred: kafka-python loads only where Kafka is used

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -37,6 +36,7 @@ from infra import broker
 from infra.storage import is_remote, total_bytes
 from infra.config import Settings
 from pipelines.supervisor import memory
+from pipelines.supervisor.rounds import RoundThread
 
 log = logging.getLogger("supervisor")
 
@@ -256,18 +256,15 @@ def run_pass(db, s: Settings, named: dict[str, tuple[int, bool]], now: int | Non
     return {"processes": processes, "storage": storage, "pruned": pruned}
 
 
-class Housekeeper:
+class Housekeeper(RoundThread):
     """The pass every MEMORY_SAMPLE_SECONDS on its own thread; `named()` gives the processes to
     sample now ({name: (pid, is a PySpark driver)}), read from the supervisor's children."""
 
-    def __init__(self, s: Settings, named: Callable[[], dict[str, tuple[int, bool]]], stopping: Callable[[], bool]):
-        self.s, self.named, self.stopping = s, named, stopping
-        self._thread: threading.Thread | None = None
+    name = "housekeeping"
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="housekeeping", daemon=True)
-            self._thread.start()
+    def __init__(self, s: Settings, named: Callable[[], dict[str, tuple[int, bool]]], stopping: Callable[[], bool]):
+        super().__init__(s, stopping)
+        self.named = named
 
     def _loop(self) -> None:
         db = connect(s=self.s)

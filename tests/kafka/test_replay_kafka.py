@@ -12,18 +12,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from kafka import TopicPartition
 
 from infra import kafka_client
 from infra.config import ROOT
 from infra.contracts import dead_letter_reason
 from infra.histories import DAY_MS, HANDBOOK, HANDBOOK_PATTERNS, REPLAY_HEADER
 from infra.partitioner import partitions_for
+from tests.harness.topics import read_all
 
 CARDS = [0, 1, 27, 365, 1692, 3774]       # 27: a compromised card (scenario 3); 3774: amounts over 220
 UNTIL = dt.datetime(2018, 4, 21)
@@ -47,22 +46,6 @@ def replay(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "simulator", "replay", *args, "--no-progress"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
-
-
-def read_all(topic: str) -> list:
-    consumer = kafka_client.consumer()
-    try:
-        parts = [TopicPartition(topic, p) for p in kafka_client.partitions(consumer, topic)]
-        end = consumer.end_offsets(parts)
-        consumer.assign(parts)
-        consumer.seek_to_beginning()
-        records, deadline = [], time.monotonic() + 60
-        while any(consumer.position(tp) < end[tp] for tp in parts) and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
 
 
 @pytest.fixture(scope="module")

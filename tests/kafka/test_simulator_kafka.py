@@ -6,6 +6,7 @@ Stated tolerances for 6,000 messages: fraud share +-0.03 of --fraud-rate (card-t
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,6 @@ import sys
 import time
 import uuid
 
-from kafka import TopicPartition
 from kafka.admin import NewTopic
 
 from controlplane import commands
@@ -26,26 +26,10 @@ from infra.partitioner import partitions_for
 from simulator import patterns as P
 from simulator.producer import Producer
 from simulator.stream import Stream
+from tests.harness.topics import read_all
 
 CREATE_TIME, LOG_APPEND_TIME = 0, 1  # a Kafka record's timestamp_type
 FRAUD = set(P.FRAUD_PATTERNS)
-
-
-def read_all(topic: str) -> list:
-    """Every record of the topic, partition by partition in offset order."""
-    consumer = kafka_client.consumer()
-    try:
-        parts = [TopicPartition(topic, p) for p in kafka_client.partitions(consumer, topic)]
-        end = consumer.end_offsets(parts)
-        consumer.assign(parts)
-        consumer.seek_to_beginning()
-        records, deadline = [], time.monotonic() + 60
-        while any(consumer.position(tp) < end[tp] for tp in parts) and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=500).values():
-                records.extend(batch)
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
 
 
 def held(topic: str) -> int:
@@ -61,6 +45,26 @@ def simulate(tx: str, labels: str, *args: str, **kw) -> subprocess.CompletedProc
     return subprocess.run([sys.executable, "-m", "simulator", "--topic", tx, "--labels-topic", labels,
                            "--no-control", "--progress-seconds", "0", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=180, env=env(**kw))
+
+
+@contextlib.contextmanager
+def running(tx: str, labels: str, *args: str, **kw):
+    """A simulator left running while the test steers it (killed at the end if it still runs)."""
+    proc = subprocess.Popen([sys.executable, "-m", "simulator", "--topic", tx, "--labels-topic", labels, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env(**kw))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def stopped(proc) -> tuple[dict, str]:
+    """SIGTERM, as a user stops it: (its totals, the last line on stdout; its stderr), once it exits 0."""
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
 
 
 def without_stamp(value: bytes) -> dict:
@@ -115,22 +119,13 @@ def test_count_and_seed_give_exactly_the_seeded_stream(kafka, topic):
 
 def test_sigterm_mid_run_flushes_everything_counted_as_sent(kafka, topic):
     tx, labels = topic("sim-tx"), topic("sim-labels")
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", "--topic", tx, "--labels-topic", labels,
-                             "--rate", "4000", "--no-control", "--progress-seconds", "1", "--late-rate", "0.05",
-                             "--late-lag-ms", "200"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env())
-    try:
+    with running(tx, labels, "--rate", "4000", "--no-control", "--progress-seconds", "1", "--late-rate", "0.05",
+                 "--late-lag-ms", "200") as proc:
         deadline = time.monotonic() + 60
         while held(tx) < 5000 and time.monotonic() < deadline:
             time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+        totals, err = stopped(proc)
     assert "Traceback" not in err
-    totals = json.loads(out.strip().splitlines()[-1])
     assert totals["sent"] >= 5000 and totals["failed"] == 0 and totals["unacknowledged"] == 0
     assert held(tx) == totals["sent"]
     assert held(labels) == totals["labels_sent"] == totals["sent"]
@@ -140,11 +135,6 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
     tx, labels = topic("sim-tx"), topic("sim-labels")
     db_path = tmp_path / "store.db"
     db = connect(db_path)
-    proc = subprocess.Popen([sys.executable, "-m", "simulator", "--topic", tx, "--labels-topic", labels,
-                             "--rate", "400", "--fraud-rate", "0", "--late-rate", "0", "--late-lag-ms", "300",
-                             "--progress-seconds", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=env(CARDSTREAM_DB=str(db_path)))
 
     def run(kind, **params):
         cid = commands.issue(db, kind, "simulator", **params)
@@ -156,7 +146,8 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
             time.sleep(0.1)
         raise AssertionError(f"{kind} was not carried out: {db['commands'].get(cid)}")
 
-    try:
+    with running(tx, labels, "--rate", "400", "--fraud-rate", "0", "--late-rate", "0", "--late-lag-ms", "300",
+                 "--progress-seconds", "0", CARDSTREAM_DB=str(db_path)) as proc:
         assert run("bad-input", count=25)["status"] == "done"
         assert run("late-burst", count=40)["status"] == "done"
         refused = run("set-rate", rate=0)
@@ -171,13 +162,7 @@ def test_commands_from_the_store_steer_a_running_simulator(kafka, topic, tmp_pat
         assert run("set-rate", rate=1500)["status"] == "done"
         time.sleep(1.0)
         assert held(tx) > before
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    totals = json.loads(out.strip().splitlines()[-1])
+        totals, _ = stopped(proc)
     docs = [json.loads(r.value) for r in read_all(labels)]
     assert len(docs) == totals["labels_sent"] == held(tx) == totals["sent"]
     assert sum(d["pattern"].startswith("bad:") for d in docs) == 25

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 
 from infra.histories import HANDBOOK
+from infra.history import load_history
 from pipelines.fraud.features import BASELINE_FEATURES
 from pipelines.fraud.handbook import (HandbookDataMissing, Protocol, baseline_features, evaluate, history_features,
-                                      join_decisions, known_compromised, load_history, test_frame)
+                                      history_file, history_frame, join_decisions, known_compromised, protocol_rows,
+                                      test_frame)
 
 pytestmark = pytest.mark.unit
 
@@ -281,7 +283,9 @@ def test_evaluate_refuses_unscored_or_undecided_payments():
 
 def test_a_missing_history_says_where_it_looked(tmp_path):
     with pytest.raises(HandbookDataMissing, match=str(tmp_path / "nowhere.parquet")):
-        load_history(tmp_path / "nowhere.parquet")
+        history_file(tmp_path / "nowhere.parquet")
+    with pytest.raises(HandbookDataMissing, match=str(tmp_path / "nowhere.parquet")):
+        protocol_rows(tmp_path / "nowhere.parquet")
 
 
 def test_the_handbook_s_columns_become_the_contract_s(tmp_path):
@@ -292,10 +296,10 @@ def test_the_handbook_s_columns_become_the_contract_s(tmp_path):
     raw.to_parquet(tmp_path / "h.parquet")
     raw.to_csv(tmp_path / "h.csv", index=False)
     for name in ("h.parquet", "h.csv"):
-        got = load_history(tmp_path / name, start="2018-04-02", end="2018-04-03")
+        got = history_frame(load_history(tmp_path / name, start=dt.date(2018, 4, 2), end=dt.date(2018, 4, 2)))
         assert got.to_dict("records") == [{"txn_id": "hb-8", "card_id": "hb-c12", "merchant_id": "hb-t5",
                                            "event_time": pd.Timestamp("2018-04-02 10:00:00"), "amount": 1.0,
                                            "label": 1, "scenario": 2}]
-    assert len(load_history(tmp_path / "h.parquet")) == 3
+    assert len(history_frame(load_history(tmp_path / "h.parquet"))) == 3
     # the ids are the replay's (infra/histories.py), so decisions join on them
     assert (HANDBOOK.txn_id_of(8), HANDBOOK.card_of(12), HANDBOOK.merchant_of(5)) == ("hb-8", "hb-c12", "hb-t5")

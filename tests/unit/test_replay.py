@@ -18,7 +18,12 @@ import pytest
 from infra.contracts import LABEL_FIELDS, LABEL_OPTIONAL_FIELDS, TRANSACTION_FIELDS, dead_letter_reason
 from infra.histories import (DAY_MS, HANDBOOK, HANDBOOK_PATTERNS, HISTORY_MIN_EVENT_TIME_MS, REPLAY_HEADER,
                              ColumnMapError, parse_column_map)
-from simulator import replay as R
+from infra.history import load_history
+from infra.history.checks import first_repeat
+from simulator.replay.cli import main as replay_main
+from simulator.replay.records import labels, transactions
+from simulator.replay.replayer import SLICE, Pace, Replayer, Totals
+from simulator.replay.schedule import schedule
 from simulator.producer import TopicStats, fill, headers_bytes
 
 T0 = int(dt.datetime(2018, 4, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
@@ -77,9 +82,9 @@ def write(tmp_path, df: pd.DataFrame, name="history.parquet"):
     return path
 
 
-def replayed(history, delay_ms, slice_size=R.SLICE, pace=R.Pace()) -> tuple[list, R.Totals]:
+def replayed(history, delay_ms, slice_size=SLICE, pace=Pace()) -> tuple[list, Totals]:
     sender = Recorder()
-    totals = R.Replayer(history, sender, "tx", "lb", run_id="run-1", delay_ms=delay_ms, pace=pace,
+    totals = Replayer(history, sender, "tx", "lb", run_id="run-1", delay_ms=delay_ms, pace=pace,
                         progress=False, slice_size=slice_size).run()
     return sender.records, totals
 
@@ -100,7 +105,7 @@ def test_each_label_goes_after_every_transaction_at_or_before_its_time_and_befor
     times = T0 + np.sort(rng.integers(0, 10 * DAY_MS, 400))
     times[50:53] = times[50]  # ties
     delay = 2 * DAY_MS
-    history = R.load_history(write(tmp_path, frame(times)))
+    history = load_history(write(tmp_path, frame(times)))
     records, totals = replayed(history, delay, slice_size=1)
     seq = order(records)
     txs = [t for topic, t, _ in seq if topic == "tx"]
@@ -124,7 +129,7 @@ def test_with_slices_a_label_is_never_early_and_at_most_one_slice_late(tmp_path)
     rng = np.random.default_rng(4)
     times = T0 + np.sort(rng.integers(0, 5 * DAY_MS, 3_000))
     delay = DAY_MS
-    history = R.load_history(write(tmp_path, frame(times)))
+    history = load_history(write(tmp_path, frame(times)))
     slice_size = 64
     records, totals = replayed(history, delay, slice_size=slice_size)
     sent_before = 0
@@ -142,8 +147,8 @@ def test_with_slices_a_label_is_never_early_and_at_most_one_slice_late(tmp_path)
 
 def test_speed_and_rate_pacing_send_the_same_records_in_a_valid_merge(tmp_path):
     times = T0 + np.arange(200, dtype=np.int64) * 1_000   # 200 s of event time
-    history = R.load_history(write(tmp_path, frame(times)))
-    for pace in (R.Pace(speed=1_000_000.0), R.Pace(rate=1e9)):
+    history = load_history(write(tmp_path, frame(times)))
+    for pace in (Pace(speed=1_000_000.0), Pace(rate=1e9)):
         records, totals = replayed(history, 60_000, pace=pace)
         assert totals.sent == 200 and totals.labels_sent == 140 and totals.labels_pending == 60
         sent_before = 0
@@ -156,11 +161,11 @@ def test_speed_and_rate_pacing_send_the_same_records_in_a_valid_merge(tmp_path):
 
 def test_the_schedule_of_labels():
     times = np.array([0, 10, 10, 20, 30], dtype=np.int64) + T0
-    s = R.schedule(times, 10)
+    s = schedule(times, 10)
     assert s.known_ms.tolist() == (times + 10).tolist()
     assert s.after.tolist() == [3, 4, 4, 5, 5]      # transactions at or before each label's time
     assert s.labels == 4 and s.pending == 1         # 40 is after the last transaction (30)
-    assert R.schedule(times, 0).labels == 5         # no delay: every label right after its transaction
+    assert schedule(times, 0).labels == 5         # no delay: every label right after its transaction
 
 
 # ------------------------------------------------------------------ the records
@@ -180,14 +185,14 @@ def handbook_rows():
 def test_a_few_handbook_rows_become_the_live_contract_and_their_labels(tmp_path, handbook_rows):
     path = tmp_path / "slice.parquet"
     pq.write_table(handbook_rows, path)
-    h = R.load_history(path)
+    h = load_history(path)
     assert h.cmap is HANDBOOK and h.lat is None
-    keys, values = R.transactions(h, 0, len(h))
+    keys, values = transactions(h, 0, len(h))
     stamp = 1_764_000_000_000
     docs = [json.loads(v + b"%d}" % stamp) for v in values]
     rows = handbook_rows.to_pylist()
-    s = R.schedule(h.event_ms, 7 * DAY_MS)
-    lkeys, lvalues = R.labels(h, s, 0, len(h))
+    s = schedule(h.event_ms, 7 * DAY_MS)
+    lkeys, lvalues = labels(h, s, 0, len(h))
     for row, doc, key, lkey, lvalue in zip(rows, docs, keys, lkeys, lvalues):
         when = row["TX_DATETIME"].replace(tzinfo=dt.timezone.utc)  # no zone: UTC
         assert doc == {"txn_id": HANDBOOK.txn_id_of(row["TRANSACTION_ID"]),
@@ -214,7 +219,7 @@ def test_a_few_handbook_rows_become_the_live_contract_and_their_labels(tmp_path,
 
 
 def test_records_carry_the_run_id_header_on_both_topics(tmp_path):
-    history = R.load_history(write(tmp_path, frame(T0 + np.arange(20) * HOUR)))
+    history = load_history(write(tmp_path, frame(T0 + np.arange(20) * HOUR)))
     records, totals = replayed(history, HOUR)
     assert {r[3][0] for r in records} == {(REPLAY_HEADER, b"run-1")} and totals.run_id == "run-1"
     assert {r[0] for r in records} == {"tx", "lb"}
@@ -226,16 +231,16 @@ def test_a_csv_with_places_and_string_ids_by_a_column_map(tmp_path):
                        "CARD": ["k1", "k2", "k1"], "SHOP": [7, 8, 9], "AMT": [1.005, 12.5, 3],
                        "F": [True, False, False], "LAT": [48.85661, None, -90.0], "LON": [2.35222, None, 180.0]})
     path = write(tmp_path, df, "h.csv")
-    h = R.load_history(path, column_map="txn_id=ID,event_time=TS,card_id=CARD,merchant_id=SHOP,amount=AMT,"
+    h = load_history(path, column_map="txn_id=ID,event_time=TS,card_id=CARD,merchant_id=SHOP,amount=AMT,"
                                         "is_fraud=F,lat=LAT,lon=LON,currency=USD,id_prefix=x-")
-    _, values = R.transactions(h, 0, 3)
+    _, values = transactions(h, 0, 3)
     docs = [json.loads(v + b"1}") for v in values]
     assert docs[0]["txn_id"] == 'x-a"1' and docs[0]["card_id"] == "x-ck1" and docs[1]["merchant_id"] == "x-t8"
     assert (docs[0]["lat"], docs[0]["lon"]) == (48.85661, 2.35222) and (docs[2]["lat"], docs[2]["lon"]) == (-90, 180)
     assert "lat" not in docs[1] and "lon" not in docs[1]   # no place: the keys are absent
     assert [d["amount_cents"] for d in docs] == [round(1.005 * 100), 1250, 300] and docs[0]["currency"] == "USD"
-    _, labels = R.labels(h, R.schedule(h.event_ms, 0), 0, 3)
-    assert [json.loads(v)["pattern"] for v in labels] == ["fraud", "normal", "normal"]
+    _, label_values = labels(h, schedule(h.event_ms, 0), 0, 3)
+    assert [json.loads(v)["pattern"] for v in label_values] == ["fraud", "normal", "normal"]
     stamp = b"%d}" % NOW
     for v in values:  # the bytes as sent
         assert dead_letter_reason(v + stamp, now_ms=NOW, replay=True) is None
@@ -245,10 +250,10 @@ def test_from_and_to_keep_whole_utc_days_both_included(tmp_path):
     day = lambda d, h=0: int(dt.datetime(2018, 4, d, h, tzinfo=dt.timezone.utc).timestamp() * 1000)  # noqa: E731
     times = [day(1, 23), day(2, 0), day(2, 23) + 59 * 60_000, day(3, 0), day(3, 12), day(4, 0)]
     path = write(tmp_path, frame(times))
-    h = R.load_history(path, start=dt.date(2018, 4, 2), end=dt.date(2018, 4, 3))
+    h = load_history(path, start=dt.date(2018, 4, 2), end=dt.date(2018, 4, 3))
     assert h.event_ms.tolist() == times[1:5] and h.rows.tolist() == [2, 3, 4, 5]
-    assert R.load_history(path, start=dt.date(2018, 4, 4)).event_ms.tolist() == times[5:]
-    assert R.load_history(path, end=dt.date(2018, 4, 1)).event_ms.tolist() == times[:1]
+    assert load_history(path, start=dt.date(2018, 4, 4)).event_ms.tolist() == times[5:]
+    assert load_history(path, end=dt.date(2018, 4, 1)).event_ms.tolist() == times[:1]
 
 
 # ------------------------------------------------------------------ bad input: one sentence, nothing sent
@@ -256,7 +261,7 @@ def test_from_and_to_keep_whole_utc_days_both_included(tmp_path):
 def _run_bad(capsys, argv) -> str:
     made = []
     try:
-        code = R.main(argv + ["--no-progress"], producer_factory=lambda *a: made.append(a) or Recorder())
+        code = replay_main(argv + ["--no-progress"], producer_factory=lambda *a: made.append(a) or Recorder())
     except SystemExit as exc:  # a bad option: argparse exits
         code = exc.code
     err = capsys.readouterr().err.strip()
@@ -437,10 +442,10 @@ def test_the_stateful_scoring_takes_a_bucket_without_places():
 
 
 def test_the_first_repeated_id_is_named_with_its_earlier_row():
-    assert R._first_repeat(pa.array([5, 3, 9, 3, 5, 7])) == (1, 3)   # row 3 repeats row 1 (5 repeats later)
-    assert R._first_repeat(pa.array(["b", "a", "c", "a", "b"])) == (1, 3)
-    assert R._first_repeat(pa.array([1, 1, 1])) == (0, 1)
-    assert R._first_repeat(pa.array([1, 2, 3])) is None and R._first_repeat(pa.array(["x"])) is None
+    assert first_repeat(pa.array([5, 3, 9, 3, 5, 7])) == (1, 3)   # row 3 repeats row 1 (5 repeats later)
+    assert first_repeat(pa.array(["b", "a", "c", "a", "b"])) == (1, 3)
+    assert first_repeat(pa.array([1, 1, 1])) == (0, 1)
+    assert first_repeat(pa.array([1, 2, 3])) is None and first_repeat(pa.array(["x"])) is None
 
 
 def test_the_auditor_judges_a_replayed_record_by_the_replays_rules():
