@@ -202,17 +202,11 @@ def broker_pids(s: Settings, node: int | None = None) -> list[int]:
     configs = {str(_paths(s, i)["config"]).encode(): i for i in range(s.kafka_brokers)}
     configs[str(_legacy(s)["config"]).encode()] = 0  # a single broker started before nodes existed
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, cmd in daemons.command_lines():
         if b"kafka.Kafka" in cmd:
             i = next((configs[c] for c in cmd if c in configs), None)
             if i is not None and (node is None or i == node):
-                found.append((i, int(proc.name)))
+                found.append((i, pid))
     return [pid for _, pid in sorted(found)]
 
 

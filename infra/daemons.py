@@ -1,6 +1,6 @@
 """The detached JVMs CardStream starts itself (Kafka brokers, the Spark master and workers): whether
 one still runs, a signal to it, a stop that escalates, and the telling end of its log. One copy
-for infra.broker and infra.cluster."""
+for infra.broker, infra.cluster and infra.hdfs."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,18 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def command_lines():
+    """(pid, its command line's arguments as bytes) of every process this one can read: how our
+    daemons are found (each names its run folder's files on its command line)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            yield int(proc.name), (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
 
 
 def send_signal(pid: int, sig: int) -> None:

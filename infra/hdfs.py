@@ -122,18 +122,12 @@ def pids(s: Settings) -> dict[str, list[int]]:
     this run folder's conf/) and main class."""
     conf = str(conf_dir(s)).encode()
     out: dict[str, list[int]] = {name: [] for name in DAEMONS}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, cmd in daemons.command_lines():
         if not any(arg.startswith(conf + b":") for arg in cmd):
             continue
         for name, cls in DAEMONS.items():
             if cls.encode() in cmd:
-                out[name].append(int(proc.name))
+                out[name].append(pid)
     return out
 
 
