@@ -175,26 +175,16 @@ def worker_json(s: Settings, i: int, timeout: float = 2.0) -> dict | None:
     return _json(f"http://127.0.0.1:{worker_ui_port(s, i)}/json/", timeout)
 
 
-def _cmdlines():
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            yield int(proc.name), (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-
-
 def master_pids(s: Settings) -> list[int]:
     conf = str(conf_path(s)).encode()
-    return [pid for pid, cmd in _cmdlines() if MASTER_CLASS.encode() in cmd and conf in cmd]
+    return [pid for pid, cmd in daemons.command_lines() if MASTER_CLASS.encode() in cmd and conf in cmd]
 
 
 def worker_pids(s: Settings) -> dict[int, int]:
     """{worker index: pid} of our running workers (found by their work folder)."""
     dirs = {str(worker_dir(s, i)).encode(): i for i in range(s.spark_workers)}
     out = {}
-    for pid, cmd in _cmdlines():
+    for pid, cmd in daemons.command_lines():
         if WORKER_CLASS.encode() in cmd:
             for arg in cmd:
                 if arg in dirs:
@@ -207,7 +197,7 @@ def executor_pids(s: Settings, worker: int | None = None) -> list[int]:
     all of them or the given worker's."""
     roots = [worker_dir(s, i) for i in (range(s.spark_workers) if worker is None else [worker])]
     out = []
-    for pid, cmd in _cmdlines():
+    for pid, cmd in daemons.command_lines():
         if EXECUTOR_CLASS.encode() not in cmd:
             continue
         try:

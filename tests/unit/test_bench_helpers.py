@@ -1,5 +1,4 @@
-"""The pieces the benches and the supervisor now share, without a broker: the LogAppendTime
-reader (bench/common.py append_stamped), backlog's summary, the supervisor's round threads, and
+"""The pieces the benches and the supervisor now share, without a broker: backlog's summary, the supervisor's round threads, and
 the audit's floor of the decisions it keeps."""
 from __future__ import annotations
 
@@ -7,56 +6,10 @@ import threading
 import time
 import types
 
-import pytest
 
-from bench import backlog, common
+from bench import backlog
 from pipelines.audit.auditor import Auditor
 from pipelines.supervisor.rounds import RoundThread
-
-
-class Consumer:
-    """kafka-python's consumer as append_stamped uses it: iterated, then closed."""
-
-    def __init__(self, records):
-        self.records, self.closed = records, False
-
-    def __iter__(self):
-        return iter(self.records)
-
-    def close(self):
-        self.closed = True
-
-
-def record(ts_type, ts=5):
-    return types.SimpleNamespace(timestamp_type=ts_type, timestamp=ts, value=b"{}")
-
-
-def fake_consumer(monkeypatch, records):
-    made = []
-
-    def consumer(s, topic, **kw):
-        made.append((Consumer(records), kw))
-        return made[-1][0]
-
-    monkeypatch.setattr(common.kafka_client, "consumer", consumer)
-    return made
-
-
-def test_records_stamped_by_the_broker_are_read_and_the_consumer_closed(monkeypatch):
-    made = fake_consumer(monkeypatch, [record(common.LOG_APPEND_TIME, t) for t in (1, 2, 3)])
-    for m in common.append_stamped(None, "t", RuntimeError, 100, max_poll_records=7):
-        if m.timestamp == 2:
-            break
-    consumer, kw = made[0]
-    assert consumer.closed  # by the break too
-    assert kw == {"auto_offset_reset": "earliest", "consumer_timeout_ms": 100, "max_poll_records": 7}
-
-
-def test_a_record_the_producer_stamped_is_refused_as_the_caller_says(monkeypatch):
-    made = fake_consumer(monkeypatch, [record(common.LOG_APPEND_TIME), record(0)])
-    with pytest.raises(SystemExit, match="topic t is not stamped"):
-        list(common.append_stamped(None, "t", lambda topic: SystemExit(f"topic {topic} is not stamped"), 100))
-    assert made[0][0].closed
 
 
 def test_the_backlog_s_memory_counts_from_the_first_batch(monkeypatch):

@@ -8,12 +8,10 @@ import dataclasses
 import json
 
 import pytest
-from kafka.errors import KafkaTimeoutError
 
-from simulator import command
-from simulator.command import Parser, make_topics, number, positive, report
+from simulator.command import Parser, number, positive, report
 from simulator.delivery import Delivered, flush_all, unacknowledged
-from simulator.producer import ProducerError, TopicStats
+from simulator.producer import TopicStats
 
 
 def test_a_number_option_takes_what_its_check_accepts_and_says_why_not():
@@ -92,21 +90,3 @@ def test_the_flush_waits_for_every_record_unless_told_to_give_up():
     assert flush_all(p, timeout=0) is True and p.flushes == 0   # the deadline has passed: no wait
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    external_bootstrap: str | None = None
-
-
-def test_topics_are_made_on_the_run_s_broker_or_said_in_one_producer_sentence(monkeypatch):
-    made = []
-    monkeypatch.setattr(command, "ensure_topics", lambda topics, s: made.append((topics, s.external_bootstrap)))
-    make_topics(Settings(), "host:9", "tx", "lb")
-    assert made == [(["tx", "lb"], "host:9")]
-
-    def refuse(topics, s):
-        raise KafkaTimeoutError()
-
-    monkeypatch.setattr(command, "ensure_topics", refuse)
-    with pytest.raises(ProducerError) as exc:
-        make_topics(Settings(), "host:9", "tx", "lb")
-    assert exc.value.code == "Could not create the topics tx and lb (KafkaTimeoutError)."
